@@ -1,0 +1,2 @@
+// biaslab benchmark (filled in with the analyses).
+int main() { return 0; }

@@ -1,0 +1,96 @@
+// The experiment config, format v1: what users write and share.
+//
+// One schema table (schema.cpp) drives parsing, printing, defaults, the `schema` command, the
+// web form and the tests. A LayerConfig holds every option of every layer type; the schema says
+// which options belong to which type and binds each to its member.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "core/status.hpp"
+
+namespace biaslab {
+
+enum class LayerType { linear, layernorm, rmsnorm, batchnorm, groupnorm, instancenorm, attention,
+                       relu, gelu, softmax, residual };
+enum class DType { float32, float64 };
+enum class BatchNormMode { train, eval };
+enum class GeluApprox { none, tanh };
+
+// Options of all layer types; only those the schema lists for `type` are meaningful. Defaults
+// depend on the type (PyTorch's: InstanceNorm1d has affine=False), so build layers with
+// make_layer(type), which applies the schema's defaults; the member initialisers are only a
+// fallback.
+struct LayerConfig {
+  LayerType type = LayerType::linear;
+  // linear
+  int out_features = 0;  // 0: same as the input width (the schema default)
+  bool bias = true;      // linear, layernorm (torch >= 2.1 `bias=`)
+  // norms
+  bool elementwise_affine = true;  // layernorm, rmsnorm
+  bool affine = true;              // batchnorm, groupnorm, instancenorm (default false there)
+  double eps = 1e-5;               // every norm (rmsnorm defaults to 1e-6)
+  BatchNormMode mode = BatchNormMode::train;
+  int num_groups = 4;
+  // attention
+  int num_heads = 4;
+  bool q_bias = true, k_bias = true, v_bias = true, o_bias = true;
+  bool causal = false, rope = false;
+  // gelu
+  GeluApprox approximate = GeluApprox::none;
+  // residual: computes x + body(x)
+  std::vector<LayerConfig> body;
+};
+
+struct Shape {
+  int batch = 2, tokens = 16, features = 64;
+};
+
+struct ExperimentConfig {
+  int version = 1;
+  std::uint64_t seed = 0;
+  DType dtype = DType::float64;
+  Shape shape;
+  std::vector<LayerConfig> layers;
+};
+
+// Limits that keep every analysis bounded in memory and time (checked by the parser, stated by
+// `biaslab schema`).
+struct Limits {
+  static constexpr int max_batch = 256;
+  static constexpr int max_tokens = 1024;
+  static constexpr int max_features = 4096;
+  static constexpr int max_tokens_total = 4096;        // batch * tokens
+  static constexpr long max_activations = 1L << 21;    // batch * tokens * widest layer
+  static constexpr int max_layers = 64;                // counted through residual bodies
+  static constexpr int max_depth = 8;                  // residual nesting
+  static constexpr long max_parameters = 1L << 25;     // 33.5 M
+  static constexpr int max_num_heads = 256;
+};
+
+// Parses and validates. Errors name the JSON path, e.g. `layers[2].num_heads`.
+Result<ExperimentConfig> parse_config(const nlohmann::json& j);
+Result<ExperimentConfig> parse_config_text(const std::string& text);
+
+// Prints only values that differ from the schema defaults (so URLs stay short); `version`,
+// `shape` and `layers` are always present. parse_config(config_to_json(c)) == c.
+nlohmann::json config_to_json(const ExperimentConfig& c);
+nlohmann::json layer_to_json(const LayerConfig& l);
+
+// The schema as JSON: per layer type its options (name, type, default, range/enum, help), the
+// top-level fields and the limits. One source with the parser.
+nlohmann::json config_schema();
+
+LayerConfig make_layer(LayerType t);
+const char* layer_type_name(LayerType t);
+const char* dtype_name(DType t);
+
+bool operator==(const LayerConfig& a, const LayerConfig& b);
+inline bool operator!=(const LayerConfig& a, const LayerConfig& b) { return !(a == b); }
+bool operator==(const ExperimentConfig& a, const ExperimentConfig& b);
+
+}  // namespace biaslab
