@@ -1,0 +1,844 @@
+// The experiment config, format v1. Everything here is driven by two tables: kLayerOptions (every
+// option of every layer type) and kTopFields (the top-level fields). Parsing, printing, defaults,
+// equality and the schema JSON all walk those tables; no other list of options exists.
+#include "core/config.hpp"
+
+#include <algorithm>
+#include <cmath>
+#include <cstddef>
+#include <cstdint>
+#include <exception>
+#include <iterator>
+#include <optional>
+#include <string>
+#include <type_traits>
+#include <variant>
+#include <vector>
+
+namespace biaslab {
+namespace {
+
+using json = nlohmann::json;
+using ojson = nlohmann::ordered_json;
+
+// ---------------------------------------------------------------------------------------------
+// The schema tables
+// ---------------------------------------------------------------------------------------------
+
+enum class Kind { boolean, integer, number, enumeration, layers };
+
+const char* kind_name(Kind k) {
+  switch (k) {
+    case Kind::boolean: return "bool";
+    case Kind::integer: return "int";
+    case Kind::number: return "number";
+    case Kind::enumeration: return "enum";
+    case Kind::layers: return "layers";
+  }
+  return "unknown";
+}
+
+// Describes one field of the format, independent of where it is stored.
+struct Spec {
+  const char* name;
+  Kind kind;
+  double def;                 // bool: 0/1; enum: index into values; layers: unused (empty list)
+  double min, max;            // int and number; layers: min is the least number of layers
+  bool min_exclusive;         // number: min itself is rejected (eps > 0)
+  const char* const* values;  // enum: names in the order of the C++ enum, nullptr-terminated
+  const char* unit;           // int limits: "5000 exceeds the limit of 1024 tokens"
+  const char* default_note;   // the default is not a literal value (out_features: the input width)
+  const char* help;           // one sentence for `biaslab schema` and the web form
+};
+
+constexpr Spec flag(const char* name, bool def, const char* help) {
+  return {name, Kind::boolean, def ? 1.0 : 0.0, 0, 0, false, nullptr, nullptr, nullptr, help};
+}
+constexpr Spec integer(const char* name, double def, double min, double max, const char* unit,
+                       const char* help, const char* default_note = nullptr) {
+  return {name, Kind::integer, def, min, max, false, nullptr, unit, default_note, help};
+}
+constexpr Spec number(const char* name, double def, double min, bool min_exclusive, double max,
+                      const char* help) {
+  return {name, Kind::number, def, min, max, min_exclusive, nullptr, nullptr, nullptr, help};
+}
+constexpr Spec choice(const char* name, const char* const* values, int def, const char* help) {
+  return {name, Kind::enumeration, static_cast<double>(def), 0, 0, false, values, nullptr, nullptr,
+          help};
+}
+constexpr Spec layer_list(const char* name, const char* help) {
+  return {name, Kind::layers, 0, 1, 0, false, nullptr, nullptr, nullptr, help};
+}
+
+// Enum names, in the order of the C++ enumerators (the parser stores the index).
+constexpr const char* kBatchNormModes[] = {"train", "eval", nullptr};
+constexpr const char* kGeluApprox[] = {"none", "tanh", nullptr};
+constexpr const char* kDTypes[] = {"float32", "float64", nullptr};
+
+struct TypeInfo {
+  LayerType type;
+  const char* name;
+  const char* help;
+};
+
+constexpr TypeInfo kTypes[] = {
+    {LayerType::linear, "linear", "Affine map x W^T + b over the features (torch.nn.Linear)."},
+    {LayerType::layernorm, "layernorm",
+     "Normalises each token over its features (torch.nn.LayerNorm)."},
+    {LayerType::rmsnorm, "rmsnorm",
+     "Divides each token by the root mean square of its features (torch.nn.RMSNorm)."},
+    {LayerType::batchnorm, "batchnorm",
+     "Normalises each feature over batch and tokens (torch.nn.BatchNorm1d)."},
+    {LayerType::groupnorm, "groupnorm",
+     "Normalises groups of features together (torch.nn.GroupNorm)."},
+    {LayerType::instancenorm, "instancenorm",
+     "Normalises each feature over the tokens of one sequence (torch.nn.InstanceNorm1d)."},
+    {LayerType::attention, "attention",
+     "Multi-head self-attention with query, key, value and output projections."},
+    {LayerType::relu, "relu", "Rectified linear unit, max(x, 0)."},
+    {LayerType::gelu, "gelu", "Gaussian error linear unit (torch.nn.GELU)."},
+    {LayerType::softmax, "softmax", "Softmax over the features of each token."},
+    {LayerType::residual, "residual", "Residual block computing x + body(x)."},
+};
+
+using LayerBinding =
+    std::variant<bool LayerConfig::*, int LayerConfig::*, double LayerConfig::*,
+                 BatchNormMode LayerConfig::*, GeluApprox LayerConfig::*,
+                 std::vector<LayerConfig> LayerConfig::*>;
+
+struct LayerOption {
+  LayerType type;
+  Spec spec;
+  LayerBinding member;
+};
+
+using LT = LayerType;
+using LC = LayerConfig;
+
+constexpr const char* kEpsHelp = "Added to the variance before the square root, for stability.";
+
+// THE table of layer options. Defaults are PyTorch's where PyTorch has one.
+constexpr LayerOption kLayerOptions[] = {
+    {LT::linear,
+     integer("out_features", 0, 1, Limits::max_features, "features",
+             "Output width; omit it to keep the input width.", "the input width"),
+     &LC::out_features},
+    {LT::linear, flag("bias", true, "Adds a learned bias vector to the output."), &LC::bias},
+
+    {LT::layernorm,
+     flag("elementwise_affine", true, "Learns a per-feature scale after normalising."),
+     &LC::elementwise_affine},
+    {LT::layernorm,
+     flag("bias", true, "Learns a per-feature shift too (only with elementwise_affine)."),
+     &LC::bias},
+    {LT::layernorm, number("eps", 1e-5, 0, true, 1, kEpsHelp), &LC::eps},
+
+    {LT::rmsnorm, flag("elementwise_affine", true, "Learns a per-feature scale after normalising."),
+     &LC::elementwise_affine},
+    {LT::rmsnorm, number("eps", 1e-6, 0, true, 1, kEpsHelp), &LC::eps},
+
+    {LT::batchnorm,
+     choice("mode", kBatchNormModes, 0,
+            "train normalises with the batch statistics, eval with the running statistics."),
+     &LC::mode},
+    {LT::batchnorm, flag("affine", true, "Learns a per-feature scale and shift."), &LC::affine},
+    {LT::batchnorm, number("eps", 1e-5, 0, true, 1, kEpsHelp), &LC::eps},
+
+    {LT::groupnorm,
+     integer("num_groups", 4, 1, Limits::max_features, "groups",
+             "Number of feature groups normalised together; must divide the width."),
+     &LC::num_groups},
+    {LT::groupnorm, flag("affine", true, "Learns a per-feature scale and shift."), &LC::affine},
+    {LT::groupnorm, number("eps", 1e-5, 0, true, 1, kEpsHelp), &LC::eps},
+
+    {LT::instancenorm,
+     flag("affine", false, "Learns a per-feature scale and shift (off by default, as in torch)."),
+     &LC::affine},
+    {LT::instancenorm, number("eps", 1e-5, 0, true, 1, kEpsHelp), &LC::eps},
+
+    {LT::attention,
+     integer("num_heads", 4, 1, Limits::max_num_heads, "heads",
+             "Number of attention heads; must divide the width."),
+     &LC::num_heads},
+    {LT::attention, flag("q_bias", true, "Adds a bias to the query projection."), &LC::q_bias},
+    {LT::attention, flag("k_bias", true, "Adds a bias to the key projection."), &LC::k_bias},
+    {LT::attention, flag("v_bias", true, "Adds a bias to the value projection."), &LC::v_bias},
+    {LT::attention, flag("o_bias", true, "Adds a bias to the output projection."), &LC::o_bias},
+    {LT::attention, flag("causal", false, "Lets each token attend only to itself and earlier tokens."),
+     &LC::causal},
+    {LT::attention,
+     flag("rope", false, "Rotates queries and keys by position (RoPE); needs an even head dimension."),
+     &LC::rope},
+
+    {LT::gelu,
+     choice("approximate", kGeluApprox, 0, "none uses the exact erf form, tanh the tanh approximation."),
+     &LC::approximate},
+
+    {LT::residual, layer_list("body", "The layers of the branch; the block computes x + body(x)."),
+     &LC::body},
+};
+
+// The top-level fields. A dotted name lives in a nested object ("shape.batch").
+using TopBinding =
+    std::variant<int ExperimentConfig::*, std::uint64_t ExperimentConfig::*,
+                 DType ExperimentConfig::*, std::vector<LayerConfig> ExperimentConfig::*,
+                 int Shape::*>;
+
+struct TopField {
+  Spec spec;
+  TopBinding member;
+};
+
+constexpr double kMaxSeed = 9007199254740992.0;  // 2^53: every seed survives a JS number
+
+constexpr TopField kTopFields[] = {
+    {integer("version", 1, 1, 1, nullptr, "Format version; this is version 1."),
+     &ExperimentConfig::version},
+    {integer("seed", 0, 0, kMaxSeed, nullptr, "Seed of the random weights and inputs."),
+     &ExperimentConfig::seed},
+    {choice("dtype", kDTypes, 1, "Floating-point type of the computation."),
+     &ExperimentConfig::dtype},
+    {integer("shape.batch", 2, 1, Limits::max_batch, "sequences", "Sequences per batch."),
+     &Shape::batch},
+    {integer("shape.tokens", 16, 1, Limits::max_tokens, "tokens", "Tokens per sequence."),
+     &Shape::tokens},
+    {integer("shape.features", 64, 1, Limits::max_features, "features",
+             "Width of the input, in features per token."),
+     &Shape::features},
+    {layer_list("layers", "The stack of layers, applied in order."), &ExperimentConfig::layers},
+};
+
+// ---------------------------------------------------------------------------------------------
+// Table look-ups
+// ---------------------------------------------------------------------------------------------
+
+const TypeInfo* find_type(const std::string& name) {
+  for (const auto& t : kTypes)
+    if (name == t.name) return &t;
+  return nullptr;
+}
+
+const LayerOption* find_option(LayerType t, const std::string& name) {
+  for (const auto& o : kLayerOptions)
+    if (o.type == t && name == o.spec.name) return &o;
+  return nullptr;
+}
+
+const TopField* find_top_field(const std::string& name) {
+  for (const auto& f : kTopFields)
+    if (name == f.spec.name) return &f;
+  return nullptr;
+}
+
+std::string join(const std::vector<std::string>& items) {
+  std::string out;
+  for (std::size_t i = 0; i < items.size(); ++i) out += (i ? ", " : "") + items[i];
+  return out;
+}
+
+std::string known_types() {
+  std::vector<std::string> names;
+  for (const auto& t : kTypes) names.push_back(t.name);
+  return join(names);
+}
+
+std::vector<std::string> option_names(LayerType t) {
+  std::vector<std::string> names;
+  for (const auto& o : kLayerOptions)
+    if (o.type == t) names.push_back(o.spec.name);
+  return names;
+}
+
+// The keys one JSON object of the top level may hold: prefix "" is the document itself,
+// "shape" the shape object. Derived from the dotted names of kTopFields.
+std::vector<std::string> top_keys(const std::string& prefix) {
+  std::vector<std::string> keys;
+  for (const auto& f : kTopFields) {
+    std::string name = f.spec.name;
+    if (!prefix.empty()) {
+      if (name.compare(0, prefix.size() + 1, prefix + ".") != 0) continue;
+      name = name.substr(prefix.size() + 1);
+    }
+    name = name.substr(0, name.find('.'));
+    bool seen = false;
+    for (const auto& k : keys) seen = seen || k == name;
+    if (!seen) keys.push_back(name);
+  }
+  return keys;
+}
+
+bool is_group(const std::string& dotted_prefix) {
+  for (const auto& f : kTopFields)
+    if (std::string(f.spec.name).compare(0, dotted_prefix.size() + 1, dotted_prefix + ".") == 0)
+      return true;
+  return false;
+}
+
+int enum_count(const char* const* values) {
+  int n = 0;
+  while (values && values[n]) ++n;
+  return n;
+}
+
+// Access to a bound member.
+template <class T> T& ref(LayerConfig& l, T LayerConfig::*m) { return l.*m; }
+template <class T> const T& ref(const LayerConfig& l, T LayerConfig::*m) { return l.*m; }
+template <class T> T& ref(ExperimentConfig& c, T ExperimentConfig::*m) { return c.*m; }
+template <class T> const T& ref(const ExperimentConfig& c, T ExperimentConfig::*m) { return c.*m; }
+int& ref(ExperimentConfig& c, int Shape::*m) { return c.shape.*m; }
+const int& ref(const ExperimentConfig& c, int Shape::*m) { return c.shape.*m; }
+
+// ---------------------------------------------------------------------------------------------
+// Per-kind operations, overloaded on the member's C++ type
+// ---------------------------------------------------------------------------------------------
+
+void set_default(bool& v, const Spec& s) { v = s.def != 0; }
+void set_default(int& v, const Spec& s) { v = static_cast<int>(s.def); }
+void set_default(std::uint64_t& v, const Spec& s) { v = static_cast<std::uint64_t>(s.def); }
+void set_default(double& v, const Spec& s) { v = s.def; }
+template <class E>
+std::enable_if_t<std::is_enum_v<E>> set_default(E& v, const Spec& s) {
+  v = static_cast<E>(static_cast<int>(s.def));
+}
+void set_default(std::vector<LayerConfig>& v, const Spec&) { v.clear(); }
+
+json value_json(bool v, const Spec&) { return v; }
+json value_json(int v, const Spec&) { return v; }
+json value_json(std::uint64_t v, const Spec&) { return v; }
+json value_json(double v, const Spec&) { return v; }
+template <class E>
+std::enable_if_t<std::is_enum_v<E>, json> value_json(E v, const Spec& s) {
+  const int i = static_cast<int>(v);
+  if (i < 0 || i >= enum_count(s.values)) return nullptr;
+  return s.values[i];
+}
+json value_json(const std::vector<LayerConfig>& v, const Spec&) {
+  json a = json::array();
+  for (const auto& l : v) a.push_back(layer_to_json(l));
+  return a;
+}
+
+template <class T>
+bool is_default(const T& v, const Spec& s) {
+  T d{};
+  set_default(d, s);
+  return v == d;
+}
+
+// ---------------------------------------------------------------------------------------------
+// Parsing
+// ---------------------------------------------------------------------------------------------
+
+using Failure = std::optional<Error>;
+
+// A short rendering of a JSON value for messages; never dumps containers (they may be huge or
+// deeply nested) and never throws on invalid UTF-8.
+std::string quote(const std::string& s) {
+  constexpr std::size_t kMax = 40;
+  std::string shown = s.size() > kMax ? s.substr(0, kMax) : s;
+  std::string q = json(shown).dump(-1, ' ', false, json::error_handler_t::replace);
+  if (s.size() > kMax) q.insert(q.size() - 1, "...");
+  return q;
+}
+
+template <class J>
+std::string describe(const J& v) {
+  if (v.is_null()) return "null";
+  if (v.is_boolean()) return v.template get<bool>() ? "true" : "false";
+  if (v.is_number_float()) {
+    const double d = v.template get<double>();
+    if (std::isnan(d)) return "NaN";
+    if (std::isinf(d)) return d > 0 ? "Infinity" : "-Infinity";
+  }
+  if (v.is_number()) return v.dump();
+  if (v.is_string()) return quote(v.template get_ref<const std::string&>());
+  if (v.is_array()) return "an array";
+  if (v.is_object()) return "an object";
+  return "an unsupported value";
+}
+
+std::string num(double d) { return json(d).dump(); }
+std::string num(long long v) { return std::to_string(v); }
+
+Error range_error(const std::string& path, const Spec& s, const std::string& shown, bool above) {
+  if (s.min == s.max) return {path, "must be " + num(static_cast<long long>(s.min)) + ", got " + shown};
+  if (!above) return {path, "must be at least " + num(static_cast<long long>(s.min)) + ", got " + shown};
+  if (s.unit)
+    return {path, shown + " exceeds the limit of " + num(static_cast<long long>(s.max)) + " " + s.unit};
+  return {path, "must be at most " + num(static_cast<long long>(s.max)) + ", got " + shown};
+}
+
+// Reads an integral JSON number (2 and 2.0; not 2.5, true or "2") within [min, max].
+template <class J>
+Failure read_integer(const J& v, const Spec& s, const std::string& path, long long& out) {
+  constexpr double kBig = 4611686018427387904.0;  // 2^62: beyond every range, safe to convert
+  if (!v.is_number()) return Error{path, "must be an integer, got " + describe(v)};
+  if (v.is_number_unsigned()) {
+    const std::uint64_t u = v.template get<std::uint64_t>();
+    if (static_cast<double>(u) >= kBig) return range_error(path, s, describe(v), true);
+    out = static_cast<long long>(u);
+  } else if (v.is_number_integer()) {
+    out = v.template get<std::int64_t>();
+  } else {
+    const double d = v.template get<double>();
+    if (!std::isfinite(d) || d != std::floor(d))
+      return Error{path, "must be an integer, got " + describe(v)};
+    if (std::fabs(d) >= kBig) return range_error(path, s, describe(v), d > 0);
+    out = static_cast<long long>(d);
+  }
+  if (static_cast<double>(out) < s.min) return range_error(path, s, describe(v), false);
+  if (static_cast<double>(out) > s.max) return range_error(path, s, describe(v), true);
+  return std::nullopt;
+}
+
+template <class J>
+Failure parse_layers(std::vector<LayerConfig>& out, const J& v, const Spec& s,
+                     const std::string& path, int depth);
+
+template <class J>
+Failure parse_value(bool& out, const J& v, const Spec&, const std::string& path, int) {
+  if (!v.is_boolean()) return Error{path, "must be true or false, got " + describe(v)};
+  out = v.template get<bool>();
+  return std::nullopt;
+}
+
+template <class J>
+Failure parse_value(int& out, const J& v, const Spec& s, const std::string& path, int) {
+  long long x = 0;
+  if (auto e = read_integer(v, s, path, x)) return e;
+  out = static_cast<int>(x);
+  return std::nullopt;
+}
+
+template <class J>
+Failure parse_value(std::uint64_t& out, const J& v, const Spec& s, const std::string& path, int) {
+  long long x = 0;
+  if (auto e = read_integer(v, s, path, x)) return e;
+  out = static_cast<std::uint64_t>(x);
+  return std::nullopt;
+}
+
+template <class J>
+Failure parse_value(double& out, const J& v, const Spec& s, const std::string& path, int) {
+  if (!v.is_number()) return Error{path, "must be a number, got " + describe(v)};
+  const double d = v.template get<double>();
+  if (!std::isfinite(d)) return Error{path, "must be a finite number, got " + describe(v)};
+  if (s.min_exclusive ? !(d > s.min) : d < s.min)
+    return Error{path, std::string("must be ") + (s.min_exclusive ? "greater than " : "at least ") +
+                           num(s.min) + ", got " + describe(v)};
+  if (d > s.max) return Error{path, "must be at most " + num(s.max) + ", got " + describe(v)};
+  out = d;
+  return std::nullopt;
+}
+
+template <class J, class E>
+std::enable_if_t<std::is_enum_v<E>, Failure> parse_value(E& out, const J& v, const Spec& s,
+                                                         const std::string& path, int) {
+  std::vector<std::string> names;
+  for (int i = 0; i < enum_count(s.values); ++i) names.push_back(quote(s.values[i]));
+  if (v.is_string()) {
+    const auto& str = v.template get_ref<const std::string&>();
+    for (int i = 0; i < enum_count(s.values); ++i) {
+      if (str == s.values[i]) {
+        out = static_cast<E>(i);
+        return std::nullopt;
+      }
+    }
+  }
+  return Error{path, "must be one of " + join(names) + ", got " + describe(v)};
+}
+
+template <class J>
+Failure parse_value(std::vector<LayerConfig>& out, const J& v, const Spec& s,
+                    const std::string& path, int depth) {
+  return parse_layers(out, v, s, path, depth);
+}
+
+// One layer object at `path`; `depth` is the residual nesting of the list holding it.
+template <class J>
+Failure parse_layer(LayerConfig& out, const J& v, const std::string& path, int depth) {
+  if (!v.is_object())
+    return Error{path, "a layer must be an object with a \"type\", got " + describe(v)};
+  const auto type_it = v.find("type");
+  if (type_it == v.end())
+    return Error{path + ".type", "is missing; every layer needs a type, one of " + known_types()};
+  if (!type_it->is_string())
+    return Error{path + ".type",
+                 "must be a layer type name, one of " + known_types() + ", got " + describe(*type_it)};
+  const TypeInfo* type = find_type(type_it->template get_ref<const std::string&>());
+  if (!type)
+    return Error{path + ".type", "unknown layer type " + describe(*type_it) +
+                                     "; the known types are " + known_types()};
+  out = make_layer(type->type);
+  for (const auto& item : v.items()) {
+    const std::string& key = item.key();
+    if (key == "type") continue;
+    const std::string key_path = path + "." + key;
+    const LayerOption* opt = find_option(type->type, key);
+    if (!opt) {
+      const auto names = option_names(type->type);
+      return Error{key_path, "unknown option " + quote(key) + " for " + type->name + "; " +
+                                 (names.empty() ? std::string(type->name) + " takes no options"
+                                                : std::string(type->name) + " has " + join(names))};
+    }
+    Failure e = std::visit(
+        [&](auto m) { return parse_value(ref(out, m), item.value(), opt->spec, key_path, depth + 1); },
+        opt->member);
+    if (e) return e;
+  }
+  for (const auto& opt : kLayerOptions) {
+    if (opt.type == type->type && opt.spec.kind == Kind::layers && v.find(opt.spec.name) == v.end())
+      return Error{path + "." + opt.spec.name, std::string("is missing; a ") + type->name +
+                                                   " needs at least one layer in " + opt.spec.name};
+  }
+  return std::nullopt;
+}
+
+template <class J>
+Failure parse_layers(std::vector<LayerConfig>& out, const J& v, const Spec& s,
+                     const std::string& path, int depth) {
+  if (depth > Limits::max_depth)
+    return Error{path, "residual nesting depth " + std::to_string(depth) + " exceeds the limit of " +
+                           std::to_string(Limits::max_depth) + " levels"};
+  if (!v.is_array()) return Error{path, "must be an array of layers, got " + describe(v)};
+  if (v.size() < static_cast<std::size_t>(s.min))
+    return Error{path, "must list at least one layer, got an empty array"};
+  out.clear();
+  out.reserve(v.size());
+  std::size_t i = 0;
+  for (const auto& item : v) {
+    LayerConfig l;
+    if (auto e = parse_layer(l, item, path + "[" + std::to_string(i++) + "]", depth)) return e;
+    out.push_back(std::move(l));
+  }
+  return std::nullopt;
+}
+
+// The keys of one top-level object (prefix "" for the document, "shape" for the shape), in
+// document order.
+template <class J>
+Failure parse_top_object(ExperimentConfig& c, const J& obj, const std::string& prefix) {
+  for (const auto& item : obj.items()) {
+    const std::string& key = item.key();
+    const std::string path = prefix.empty() ? key : prefix + "." + key;
+    if (is_group(path)) {
+      if (!item.value().is_object())
+        return Error{path, "must be an object with " + join(top_keys(path)) + ", got " +
+                               describe(item.value())};
+      if (auto e = parse_top_object(c, item.value(), path)) return e;
+      continue;
+    }
+    const TopField* f = find_top_field(path);
+    if (!f)
+      return Error{path, "unknown field " + quote(key) + "; " +
+                             (prefix.empty() ? std::string("the top-level fields are ")
+                                             : prefix + " has ") +
+                             join(top_keys(prefix))};
+    Failure e = std::visit(
+        [&](auto m) { return parse_value(ref(c, m), item.value(), f->spec, path, 0); }, f->member);
+    if (e) return e;
+  }
+  return std::nullopt;
+}
+
+// ---------------------------------------------------------------------------------------------
+// Semantic validation: widths through the stack and the limits
+// ---------------------------------------------------------------------------------------------
+
+struct Walk {
+  long long rows = 0;        // batch * tokens
+  long long layers = 0;      // counted through residual bodies
+  long long parameters = 0;  // learned weights and biases
+};
+
+Failure check_activations(const Walk& w, long long width, const std::string& path,
+                          const std::string& what) {
+  const long long activations = w.rows * width;
+  if (activations > Limits::max_activations)
+    return Error{path, "batch * tokens * " + what + " = " + std::to_string(w.rows) + " * " +
+                           std::to_string(width) + " = " + std::to_string(activations) +
+                           " exceeds the limit of " + std::to_string(Limits::max_activations) +
+                           " activations"};
+  return std::nullopt;
+}
+
+long long norm_parameters(long long width, bool learned, int vectors) {
+  return learned ? vectors * width : 0;
+}
+
+Failure check_stack(const std::vector<LayerConfig>& layers, const std::string& path, int& width,
+                    Walk& w) {
+  for (std::size_t i = 0; i < layers.size(); ++i) {
+    const LayerConfig& l = layers[i];
+    const std::string lp = path + "[" + std::to_string(i) + "]";
+    if (++w.layers > Limits::max_layers)
+      return Error{lp, "the stack has more than " + std::to_string(Limits::max_layers) +
+                           " layers (counted through residual bodies)"};
+    const long long f = width;
+    switch (l.type) {
+      case LayerType::linear: {
+        const long long out = l.out_features > 0 ? l.out_features : f;
+        if (auto e = check_activations(w, out, lp + ".out_features", "out_features")) return e;
+        w.parameters += out * f + (l.bias ? out : 0);
+        width = static_cast<int>(out);
+        break;
+      }
+      case LayerType::layernorm:
+        w.parameters += norm_parameters(f, l.elementwise_affine, l.bias ? 2 : 1);
+        break;
+      case LayerType::rmsnorm:
+        w.parameters += norm_parameters(f, l.elementwise_affine, 1);
+        break;
+      case LayerType::batchnorm:
+      case LayerType::instancenorm:
+        w.parameters += norm_parameters(f, l.affine, 2);
+        break;
+      case LayerType::groupnorm:
+        if (f % l.num_groups != 0)
+          return Error{lp + ".num_groups", std::to_string(l.num_groups) +
+                                               " does not divide features " + std::to_string(f)};
+        w.parameters += norm_parameters(f, l.affine, 2);
+        break;
+      case LayerType::attention: {
+        if (f % l.num_heads != 0)
+          return Error{lp + ".num_heads", std::to_string(l.num_heads) +
+                                              " does not divide features " + std::to_string(f)};
+        const long long head_dim = f / l.num_heads;
+        if (l.rope && head_dim % 2 != 0)
+          return Error{lp + ".rope", "rope needs an even head dimension, got " +
+                                         std::to_string(head_dim) + " (features " +
+                                         std::to_string(f) + " / " + std::to_string(l.num_heads) +
+                                         " heads)"};
+        const int biases = int(l.q_bias) + int(l.k_bias) + int(l.v_bias) + int(l.o_bias);
+        w.parameters += 4 * f * f + biases * f;
+        break;
+      }
+      case LayerType::relu:
+      case LayerType::gelu:
+      case LayerType::softmax:
+        break;
+      case LayerType::residual: {
+        int inner = width;
+        if (auto e = check_stack(l.body, lp + ".body", inner, w)) return e;
+        if (inner != width)
+          return Error{lp + ".body", "residual body changes the width from " +
+                                         std::to_string(width) + " to " + std::to_string(inner)};
+        break;
+      }
+    }
+    if (w.parameters > Limits::max_parameters)
+      return Error{lp, "the stack reaches " + std::to_string(w.parameters) +
+                           " parameters here, over the limit of " +
+                           std::to_string(Limits::max_parameters) + " parameters"};
+  }
+  return std::nullopt;
+}
+
+Failure check_semantics(const ExperimentConfig& c) {
+  Walk w;
+  w.rows = static_cast<long long>(c.shape.batch) * c.shape.tokens;
+  if (w.rows > Limits::max_tokens_total)
+    return Error{"shape", "batch * tokens = " + std::to_string(c.shape.batch) + " * " +
+                              std::to_string(c.shape.tokens) + " = " + std::to_string(w.rows) +
+                              " exceeds the limit of " + std::to_string(Limits::max_tokens_total) +
+                              " tokens in total"};
+  if (auto e = check_activations(w, c.shape.features, "shape", "features")) return e;
+  int width = c.shape.features;
+  return check_stack(c.layers, "layers", width, w);
+}
+
+template <class J>
+Result<ExperimentConfig> parse_document(const J& j) {
+  try {
+    if (!j.is_object()) return Error{"", "a config must be a JSON object, got " + describe(j)};
+    ExperimentConfig c;
+    for (const auto& f : kTopFields)
+      std::visit([&](auto m) { set_default(ref(c, m), f.spec); }, f.member);
+    if (auto e = parse_top_object(c, j, "")) return *e;
+    for (const auto& f : kTopFields) {
+      if (f.spec.kind != Kind::layers) continue;
+      const std::string name = f.spec.name;  // required lists are top-level names
+      if (j.find(name) == j.end())
+        return Error{name, "is missing; a config needs at least one layer in " + name};
+    }
+    if (auto e = check_semantics(c)) return *e;
+    return c;
+  } catch (const std::exception& e) {
+    return Error{"", std::string("the config could not be read: ") + e.what()};
+  } catch (...) {
+    return Error{"", "the config could not be read"};
+  }
+}
+
+// Everything of a Spec that the schema states.
+json spec_json(const Spec& s, const std::string& name) {
+  json o = json::object();
+  o["name"] = name;
+  o["type"] = kind_name(s.kind);
+  switch (s.kind) {
+    case Kind::boolean: o["default"] = s.def != 0; break;
+    case Kind::integer:
+      o["default"] = static_cast<long long>(s.def);
+      o["min"] = static_cast<long long>(s.min);
+      o["max"] = static_cast<long long>(s.max);
+      break;
+    case Kind::number:
+      o["default"] = s.def;
+      o[s.min_exclusive ? "exclusive_min" : "min"] = s.min;
+      o["max"] = s.max;
+      break;
+    case Kind::enumeration: {
+      json values = json::array();
+      for (int i = 0; i < enum_count(s.values); ++i) values.push_back(s.values[i]);
+      o["values"] = values;
+      o["default"] = s.values[static_cast<int>(s.def)];
+      break;
+    }
+    case Kind::layers:
+      o["required"] = true;
+      o["min_items"] = static_cast<long long>(s.min);
+      break;
+  }
+  if (s.unit) o["unit"] = s.unit;
+  if (s.default_note) {
+    o["default"] = nullptr;
+    o["default_note"] = s.default_note;
+  }
+  o["help"] = s.help;
+  return o;
+}
+
+}  // namespace
+
+// ---------------------------------------------------------------------------------------------
+// Public API
+// ---------------------------------------------------------------------------------------------
+
+const char* layer_type_name(LayerType t) {
+  for (const auto& info : kTypes)
+    if (info.type == t) return info.name;
+  return "unknown";
+}
+
+const char* dtype_name(DType t) {
+  const int i = static_cast<int>(t);
+  return i >= 0 && i < enum_count(kDTypes) ? kDTypes[i] : "unknown";
+}
+
+LayerConfig make_layer(LayerType t) {
+  LayerConfig l;
+  l.type = t;
+  for (const auto& o : kLayerOptions)
+    if (o.type == t) std::visit([&](auto m) { set_default(ref(l, m), o.spec); }, o.member);
+  return l;
+}
+
+Result<ExperimentConfig> parse_config(const nlohmann::json& j) { return parse_document(j); }
+
+Result<ExperimentConfig> parse_config_text(const std::string& text) {
+  ojson j;
+  try {
+    j = ojson::parse(text);
+  } catch (const nlohmann::json::parse_error& e) {
+    // Position from the byte offset; the detail is what follows "parse error at ...: ".
+    std::size_t line = 1, column = 0;
+    const std::size_t end = e.byte == 0 ? 0 : std::min(e.byte - 1, text.size());
+    for (std::size_t i = 0; i < end; ++i) {
+      if (text[i] == '\n') {
+        ++line;
+        column = 0;
+      } else {
+        ++column;
+      }
+    }
+    std::string detail = e.what();
+    const std::size_t at = detail.find("parse error");
+    const std::size_t colon = at == std::string::npos ? at : detail.find(": ", at);
+    if (colon != std::string::npos) detail = detail.substr(colon + 2);
+    if (detail.size() > 200) detail = detail.substr(0, 200) + "...";
+    return Error{"", "invalid JSON at line " + std::to_string(line) + ", column " +
+                         std::to_string(column + 1) + ": " + detail};
+  } catch (const std::exception& e) {
+    std::string detail = e.what();
+    const std::size_t bracket = detail.find("] ");
+    if (bracket != std::string::npos) detail = detail.substr(bracket + 2);
+    return Error{"", "invalid JSON: " + detail};
+  } catch (...) {
+    return Error{"", "invalid JSON"};
+  }
+  return parse_document(j);
+}
+
+nlohmann::json layer_to_json(const LayerConfig& l) {
+  json j = json::object();
+  j["type"] = layer_type_name(l.type);
+  for (const auto& o : kLayerOptions) {
+    if (o.type != l.type) continue;
+    std::visit(
+        [&](auto m) {
+          const auto& v = ref(l, m);
+          if (!is_default(v, o.spec)) j[o.spec.name] = value_json(v, o.spec);
+        },
+        o.member);
+  }
+  return j;
+}
+
+nlohmann::json config_to_json(const ExperimentConfig& c) {
+  json j = json::object();
+  for (const auto& f : kTopFields) {
+    const std::string name = f.spec.name;
+    const std::size_t dot = name.find('.');
+    json& slot = dot == std::string::npos ? j[name] : j[name.substr(0, dot)][name.substr(dot + 1)];
+    std::visit([&](auto m) { slot = value_json(ref(c, m), f.spec); }, f.member);
+  }
+  return j;
+}
+
+nlohmann::json config_schema() {
+  json s = json::object();
+  s["version"] = 1;
+  json fields = json::array();
+  for (const auto& f : kTopFields) fields.push_back(spec_json(f.spec, f.spec.name));
+  s["fields"] = fields;
+  json types = json::array();
+  for (const auto& t : kTypes) {
+    json options = json::array();
+    for (const auto& o : kLayerOptions)
+      if (o.type == t.type) options.push_back(spec_json(o.spec, o.spec.name));
+    types.push_back({{"name", t.name}, {"help", t.help}, {"options", options}});
+  }
+  s["layer_types"] = types;
+  s["limits"] = {
+      {"max_batch", Limits::max_batch},
+      {"max_tokens", Limits::max_tokens},
+      {"max_features", Limits::max_features},
+      {"max_tokens_total", Limits::max_tokens_total},
+      {"max_activations", Limits::max_activations},
+      {"max_layers", Limits::max_layers},
+      {"max_depth", Limits::max_depth},
+      {"max_parameters", Limits::max_parameters},
+      {"max_num_heads", Limits::max_num_heads},
+  };
+  return s;
+}
+
+bool operator==(const LayerConfig& a, const LayerConfig& b) {
+  if (a.type != b.type) return false;
+  for (const auto& o : kLayerOptions) {
+    if (o.type != a.type) continue;
+    const bool same = std::visit([&](auto m) { return ref(a, m) == ref(b, m); }, o.member);
+    if (!same) return false;
+  }
+  return true;
+}
+
+bool operator==(const ExperimentConfig& a, const ExperimentConfig& b) {
+  for (const auto& f : kTopFields) {
+    const bool same = std::visit([&](auto m) { return ref(a, m) == ref(b, m); }, f.member);
+    if (!same) return false;
+  }
+  return true;
+}
+
+}  // namespace biaslab
