@@ -1,0 +1,576 @@
+#include "core/analyze.hpp"
+
+#include <chrono>
+#include <cmath>
+#include <exception>
+#include <new>
+#include <numeric>
+
+#include "core/folds.hpp"
+#include "core/measure.hpp"
+#include "core/rng.hpp"
+#include "core/structure.hpp"
+
+namespace biaslab {
+
+using nlohmann::json;
+
+const char* biaslab_version() { return BIASLAB_VERSION; }
+
+namespace {
+
+struct Cancelled {};
+
+// A JSON number, or null when not finite (JSON has no NaN).
+json num(double v) { return std::isfinite(v) ? json(v) : json(nullptr); }
+
+// A random direction with unit RMS per entry (so "size s" means entries of about s).
+Vec unit_rms_direction(std::uint64_t seed, const std::string& key, int n) {
+  Rng rng(seed, key);
+  Vec u(n);
+  for (int i = 0; i < n; ++i) u(i) = rng.normal();
+  return u * (std::sqrt(double(n)) / u.norm());
+}
+
+// The op a bias's tangent meets first, skipping residual ends (the add passes it on).
+struct Next {
+  const Op* op = nullptr;
+  bool through_residual = false;
+};
+Next next_op(const Model& m, int op_index) {
+  Next n;
+  for (size_t i = op_index + 1; i < m.ops.size(); ++i) {
+    if (m.ops[i].kind == OpKind::residual_end) {
+      n.through_residual = true;
+      continue;
+    }
+    n.op = &m.ops[i];
+    return n;
+  }
+  return n;
+}
+
+std::string ends_with_local(const std::string& name) {
+  const auto dot = name.rfind('.');
+  const auto dot2 = dot == std::string::npos ? std::string::npos : name.rfind('.', dot - 1);
+  return dot2 == std::string::npos ? name : name.substr(dot2 + 1);
+}
+
+std::string describe_directions(const Model& m, const ModelParam& p, const Structure& st);
+
+// ---------------------------------------------------------------------------------------------
+// Why a bias is (or is not) redundant: from where it enters and what its tangent meets next.
+std::string explain(const Model& m, const ModelParam& p, int k, int n, const std::string& directions) {
+  const std::string local = ends_with_local(p.name);
+  const Op& op = m.ops[p.op];
+  if (op.kind == OpKind::attention) {
+    if (local == "k_proj.bias") {
+      if (op.rope && k < n)
+        return "RoPE rotates the key bias by each key's position, so q_i . R_j b_K varies along the row";
+      return std::string("adds q_i . b_K to every score of row i; softmax is shift invariant") +
+             (op.causal ? " (masked scores stay masked)" : "");
+    }
+    if (local == "q_proj.bias") return "adds b_Q . k_j to the scores, which varies with the key j";
+    if (local == "v_proj.bias") {
+      std::string s = "softmax rows sum to 1, so every token gains W_O b_V: it folds into the output bias";
+      if (k > 0) s += "; what follows cancels the part of W_O b_V it cannot see";
+      return s;
+    }
+  }
+  // Walk past ops that map the bias linearly (residual adds, Linear, BatchNorm eval) to the op
+  // that decides its fate; a Linear whose null space is the redundant part is named itself.
+  const Next nx = next_op(m, p.op);
+  if (nx.op && nx.op->kind == OpKind::linear && directions.rfind("null space of", 0) == 0)
+    return "the next Linear sees only its row space: its weight's null space is lost";
+  std::string via;
+  const Op* at = nullptr;
+  for (size_t i = p.op + 1; i < m.ops.size(); ++i) {
+    const Op& o = m.ops[i];
+    if (o.kind == OpKind::residual_end) {
+      if (via.empty()) via = "through the residual add, ";
+      continue;
+    }
+    if (o.kind == OpKind::linear || (o.kind == OpKind::norm && o.norm == NormKind::batch_eval)) {
+      if (!(o.kind == OpKind::norm && i == static_cast<size_t>(p.op) + 1 && k == 0)) {
+        via = "through the linear maps that follow, ";
+        continue;
+      }
+    }
+    at = &o;
+    break;
+  }
+  if (!at) return via + "added to the output";
+  switch (at->kind) {
+    case OpKind::norm:
+      switch (at->norm) {
+        case NormKind::batch_train: return via + "BatchNorm (train) subtracts each feature's batch mean";
+        case NormKind::batch_eval:
+          return via + "BatchNorm (eval) uses running statistics: nothing subtracts it (it fuses into the BatchNorm shift)";
+        case NormKind::layer: return via + "LayerNorm subtracts each token's mean: only the all-ones direction cancels";
+        case NormKind::rms: return via + "RMSNorm does not centre (it is only scale invariant)";
+        case NormKind::group: return via + "GroupNorm subtracts each group's mean: the group-constant part cancels";
+        case NormKind::instance: return via + "InstanceNorm subtracts each feature's mean over the tokens";
+      }
+      break;
+    case OpKind::softmax: return via + "softmax is shift invariant: the all-ones direction cancels";
+    case OpKind::activation:
+      return via + (k > 0 ? "a nonlinearity follows: directions it never passes (inactive units) are lost"
+                          : "a nonlinearity follows: every direction changes the output");
+    case OpKind::attention: return via + "feeds the projections of an attention layer";
+    case OpKind::residual_begin: return via + "feeds a residual block";
+    default: break;
+  }
+  return via + "passes on to the output";
+}
+
+// Names the redundant subspace where it is recognisable.
+std::string describe_directions(const Model& m, const ModelParam& p, const Structure& st) {
+  const int n = st.size, k = st.redundant_dim;
+  if (k == 0) return "none";
+  if (k == n) return "all";
+  const Mat& B = st.null_basis;  // orthonormal columns
+  auto spans = [&](const Mat& S) {  // S: (n, j) columns; does span(B) == span(S)?
+    if (S.cols() != k) return false;
+    Eigen::HouseholderQR<Eigen::MatrixXd> qr(S);
+    const Eigen::MatrixXd Q = qr.householderQ() * Eigen::MatrixXd::Identity(n, k);
+    return (B - Q * (Q.transpose() * B)).norm() < 1e-6 * std::sqrt(double(k));
+  };
+  if (spans(Mat::Ones(n, 1))) return "all-ones";
+  const Next nx = next_op(m, p.op);
+  if (nx.op && nx.op->kind == OpKind::norm && nx.op->norm == NormKind::group) {
+    const int G = nx.op->groups, per = n / G;
+    Mat S = Mat::Zero(n, G);
+    for (int g = 0; g < G; ++g) S.block(g * per, g, per, 1).setOnes();
+    if (spans(S)) return "constant within each of the " + std::to_string(G) + " groups";
+  }
+  if (nx.op && nx.op->kind == OpKind::linear) {
+    const Mat& W = m.params[nx.op->w].value;
+    if ((W * B).norm() < 1e-8 * W.norm()) return "null space of " + m.params[nx.op->w].name;
+  }
+  if (ends_with_local(p.name) == "v_proj.bias" && k == 1) {
+    const Mat& Wo = m.params[m.ops[p.op + 1].w].value;
+    Vec y = Wo * B.col(0);
+    const Vec ones = Vec::Ones(y.size()) / std::sqrt(double(y.size()));
+    if ((y - ones * ones.dot(y)).norm() < 1e-6 * y.norm())
+      return "W_O b_V along all-ones";
+  }
+  return std::to_string(k) + " of " + std::to_string(n) + " directions";
+}
+
+const char* verdict_for(int k, int n) {
+  return k == n ? "redundant" : k == 0 ? "effective" : "partly_redundant";
+}
+
+json delta_json(const Delta& d) {
+  return {{"max_abs_delta", d.finite ? num(d.max_abs) : json(nullptr)},
+          {"mean_abs_delta", d.finite ? num(d.mean_abs) : json(nullptr)},
+          {"rel_delta", d.finite ? num(d.rel) : json(nullptr)},
+          {"noise_floor", num(d.floor)}};
+}
+
+struct Context {
+  Context(const ExperimentConfig& c, const AnalyzeOptions& o) : cfg(c), opt(o) {}
+  const ExperimentConfig& cfg;
+  const AnalyzeOptions& opt;
+  Network net;
+  Model model;
+  Mat x;
+  std::unique_ptr<Evaluator> ev;
+  std::unique_ptr<TracePool> pool;
+  std::unique_ptr<StructureSolver> solver;
+  std::vector<int> bias_params;
+  std::vector<Structure> structures;
+  std::vector<Vec> directions;  // per bias: the random perturbation direction (unit RMS)
+
+  void step(const std::string& label, double f) {
+    if (opt.cancelled && opt.cancelled()) throw Cancelled{};
+    if (opt.progress) opt.progress(label, f);
+  }
+};
+
+json analyse_biases(Context& c) {
+  json rows = json::array();
+  const int nb = static_cast<int>(c.bias_params.size());
+  for (int bi = 0; bi < nb; ++bi) {
+    const int pi = c.bias_params[bi];
+    const ModelParam& p = c.model.params[pi];
+    c.step("structure of " + p.name, 0.05 + 0.6 * bi / std::max(1, nb));
+    const Structure st = c.solver->solve(pi, c.opt.cancelled);
+    if (c.opt.cancelled && c.opt.cancelled()) throw Cancelled{};
+    const int n = st.size, k = st.redundant_dim;
+    const Vec u = unit_rms_direction(c.cfg.seed, "perturb." + p.name, n);
+    c.structures.push_back(st);
+    c.directions.push_back(u);
+
+    const Mat value = p.value + Mat(u);
+    const Delta full = Evaluator::compare(c.ev->base(), c.ev->run(pi, &value));
+    json row = {{"param", p.name}, {"size", n}, {"redundant_dim", k}};
+    // Measured verdict: a random full-size perturbation below the floor changes nothing; else
+    // the structural null space is probed on its own.
+    std::string verdict;
+    json parts = json::object();
+    if (!full.above_floor()) {
+      verdict = "redundant";
+    } else if (k > 0 && k < n) {
+      Rng rng(c.cfg.seed, "null." + p.name);
+      Vec g(k);
+      for (int i = 0; i < k; ++i) g(i) = rng.normal();
+      Vec un = st.null_basis * g;
+      un *= std::sqrt(double(n)) / un.norm();
+      const Mat vn = p.value + Mat(un);
+      const Delta dn = Evaluator::compare(c.ev->base(), c.ev->run(pi, &vn));
+      parts["redundant_part"] = delta_json(dn);
+      verdict = dn.above_floor() ? "effective" : "partly_redundant";
+    } else {
+      verdict = "effective";
+    }
+    const std::string expected = verdict_for(k, n);
+    row["verdict"] = verdict;
+    row.update(delta_json(full));
+    row["perturbation_rms"] = 1.0;
+    row["consistent"] = verdict == expected;
+    if (verdict != expected) {
+      if (verdict == "effective")
+        row["note"] = "the " + std::to_string(k) + " null directions of the Jacobian (first order, at the sampled inputs) "
+                      "change the output under a finite perturbation: the redundancy is local only (for example "
+                      "units that no sampled input activates)";
+      else
+        row["note"] = "the perturbation's effect stays below the noise floor although the structure finds " +
+                      std::to_string(n - k) + " effective directions: the effect is smaller than rounding here";
+    }
+    const std::string dirs = describe_directions(c.model, p, st);
+    row["why"] = explain(c.model, p, k, n, dirs);
+    row["directions"] = dirs;
+    row["absorbed_by"] = nullptr;
+    if (!parts.empty()) row["parts"] = parts;
+    row["structure"] = {{"samples", st.samples},        {"clusters", st.clusters},
+                        {"rank_history", st.rank_history},
+                        {"null_sigma_max", num(st.null_max)},
+                        {"kept_sigma_min", num(st.kept_min)},
+                        {"jacobian_at", st.cut < static_cast<int>(c.model.ops.size())
+                                            ? "input of " + c.model.ops[st.cut].layer + (c.model.ops[st.cut].kind == OpKind::linear && c.model.ops[st.cut].layer == c.model.ops[p.op].layer ? " o_proj" : "")
+                                            : "output"}};
+    if (k > 0 && k < n && k <= 4) {
+      json basis = json::array();
+      for (int j = 0; j < k; ++j) {
+        json v = json::array();
+        for (int i = 0; i < n; ++i) v.push_back(st.null_basis(i, j));
+        basis.push_back(v);
+      }
+      row["null_basis"] = basis;
+    }
+    rows.push_back(row);
+  }
+  return rows;
+}
+
+json fold_row(const FoldCandidate& cand, const FoldApplied& a, const Delta& d, long params_before,
+              long params_after) {
+  json moves = json::array();
+  for (const auto& mv : a.moves) moves.push_back({{"from", mv.from}, {"to", mv.to.empty() ? json(nullptr) : json(mv.to)}});
+  json row = {{"rule", cand.rule->id},
+              {"title", cand.rule->title},
+              {"formula", cand.rule->formula},
+              {"where", a.layers},
+              {"moves", moves},
+              {"params_removed", params_before - params_after},
+              {"dof_removed", a.dof_removed}};
+  row.update(delta_json(d));
+  row["exact"] = d.finite && !d.above_floor();
+  return row;
+}
+
+json analyse_folds(Context& c, json& biases) {
+  json rows = json::array();
+  const long before = count_parameters(c.net);
+  const auto cands = find_folds(c.net);
+  for (size_t i = 0; i < cands.size(); ++i) {
+    c.step("fold " + std::string(cands[i].rule->id), 0.65 + 0.1 * i / std::max<size_t>(1, cands.size()));
+    FoldApplied a;
+    Network folded = apply_fold(c.net, cands[i], a);
+    const Model fm = compile(folded);
+    const Delta d = Evaluator::compare(c.ev->base(), Evaluator::run_model(fm, c.x));
+    json row = fold_row(cands[i], a, d, before, count_parameters(folded));
+    // absorbed_by: the parameter an exact fold moves a bias into (null when it is dropped).
+    if (row["exact"].get<bool>())
+      for (const auto& mv : a.moves)
+        for (auto& b : biases)
+          if (b["param"] == mv.from && mv.to != mv.from) {
+            if (!mv.to.empty()) b["absorbed_by"] = mv.to;
+            b["folds"].push_back(cands[i].rule->id);
+          }
+    rows.push_back(row);
+  }
+  return rows;
+}
+
+json minimal_model(Context& c) {
+  c.step("minimal model", 0.77);
+  Network net = c.net;
+  json applied = json::array();
+  for (int iter = 0; iter < 256; ++iter) {
+    bool changed = false;
+    const long now = count_parameters(net);
+    for (const auto& cand : find_folds(net)) {
+      if (!cand.rule->in_minimal) continue;
+      FoldApplied a;
+      Network next = apply_fold(net, cand, a);
+      if (count_parameters(next) >= now) continue;
+      applied.push_back({{"rule", cand.rule->id}, {"where", a.layers}, {"params_removed", now - count_parameters(next)}});
+      net = std::move(next);
+      changed = true;
+      break;
+    }
+    if (!changed) break;
+  }
+  const Model fm = compile(net);
+  const Delta d = Evaluator::compare(c.ev->base(), Evaluator::run_model(fm, c.x));
+  json out = {{"params_before", count_parameters(c.net)},
+              {"params_after", count_parameters(net)},
+              {"folds_applied", applied}};
+  out.update(delta_json(d));
+  out["exact"] = d.finite && !d.above_floor();
+  out["config"] = config_to_json(net.config);
+  return out;
+}
+
+// ---------------------------------------------------------------------------------------------
+// Invariance probes, each on one op and its actual input, run in both precisions.
+struct Probe {
+  std::string probe, layer, transform, expected, note;
+  Delta delta;
+};
+
+json probe_json(const Probe& p) {
+  const bool holds = p.delta.finite && !p.delta.above_floor();
+  const bool expect_hold = p.expected != "changes";
+  json j = {{"probe", p.probe}, {"layer", p.layer}, {"transform", p.transform},
+            {"expected", p.expected}, {"holds", holds}, {"agrees", holds == expect_hold}};
+  j.update(delta_json(p.delta));
+  if (!p.note.empty()) j["note"] = p.note;
+  return j;
+}
+
+template <class S>
+MatT<S> permute_tokens(const MatT<S>& x, const std::vector<int>& perm, int batch) {
+  const int T = static_cast<int>(perm.size());
+  MatT<S> y(x.rows(), x.cols());
+  for (int b = 0; b < batch; ++b)
+    for (int t = 0; t < T; ++t) y.row(b * T + t) = x.row(b * T + perm[t]);
+  return y;
+}
+
+json analyse_invariances(Context& c) {
+  c.step("invariances", 0.8);
+  const Model& m = c.model;
+  const int B = m.batch, T = m.tokens;
+  std::vector<Probe> probes;
+  Trace trace;
+  forward<double>(m, c.ev->weights64(), c.ev->input(), {}, &trace);
+  std::vector<int> perm(T);
+  std::iota(perm.begin(), perm.end(), 0);
+  {
+    Rng rng(c.cfg.seed, "permutation");
+    for (int i = T - 1; i > 0; --i) std::swap(perm[i], perm[static_cast<int>(rng.next() % (i + 1))]);
+  }
+  const auto& wf = c.ev->weights32();
+  const auto& wd = c.ev->weights64();
+  const DType dt = m.dtype;
+  bool positional = false;
+  for (size_t i = 0; i < m.ops.size(); ++i) {
+    const Op& op = m.ops[i];
+    const Mat& xd = trace.inputs[i];
+    const MatT<float> xf = xd.cast<float>();
+    if (op.kind == OpKind::attention) {
+      positional = positional || op.causal || op.rope;
+      const std::string exp_note = op.causal ? "a causal mask breaks it" : op.rope ? "RoPE breaks it" : "";
+      const Eval base = combine_eval(dt, attention_core<float>(m, op, wf, xf, xf, B),
+                                     attention_core<double>(m, op, wd, xd, xd, B));
+      const MatT<float> pf = permute_tokens(xf, perm, B);
+      const Mat pd = permute_tokens(xd, perm, B);
+      // Keys and values permuted together: the output does not change.
+      const Eval kv = combine_eval(dt, attention_core<float>(m, op, wf, xf, pf, B),
+                                   attention_core<double>(m, op, wd, xd, pd, B));
+      probes.push_back({"attention: permute keys and values together", op.layer, "x_kv -> P x_kv",
+                        op.causal || op.rope ? "changes" : "invariant", exp_note, Evaluator::compare(base, kv)});
+      // Queries permuted: the output rows permute the same way.
+      Eval q = combine_eval(dt, attention_core<float>(m, op, wf, pf, xf, B),
+                            attention_core<double>(m, op, wd, pd, xd, B));
+      Eval base_p = base;
+      base_p.y = permute_tokens(base.y, perm, B);
+      probes.push_back({"attention: permute queries", op.layer, "x_q -> P x_q, compared with P out",
+                        op.causal || op.rope ? "changes" : "equivariant", exp_note, Evaluator::compare(base_p, q)});
+    }
+    if (op.kind == OpKind::norm) {
+      // Shift and scale of the input, over the elements that share statistics.
+      Rng rng(c.cfg.seed, "probe." + op.layer);
+      const int N = static_cast<int>(xd.rows()), F = static_cast<int>(xd.cols());
+      Mat shift(N, F), scale(N, F);
+      const Vec cs = Vec::NullaryExpr(std::max(N, F) * 4, [&]() { return rng.uniform(-2.0, 2.0); });
+      const Vec ss = Vec::NullaryExpr(std::max(N, F) * 4, [&]() { return rng.uniform(0.5, 2.0); });
+      std::string what;
+      for (int r = 0; r < N; ++r)
+        for (int f = 0; f < F; ++f) {
+          int set = 0;
+          switch (op.norm) {
+            case NormKind::layer: case NormKind::rms: set = r; what = "per token"; break;
+            case NormKind::batch_train: case NormKind::batch_eval: set = f; what = "per feature, across batch and tokens"; break;
+            case NormKind::instance: set = (r / T) * F + f; what = "per sample and feature"; break;
+            case NormKind::group: set = (r / T) * op.groups + f / (F / op.groups); what = "per sample and group"; break;
+          }
+          shift(r, f) = cs(set % cs.size());
+          scale(r, f) = ss(set % ss.size());
+        }
+      Op exact = op;
+      exact.eps = 0;  // eps > 0 breaks exact scale invariance; the probe checks the eps-free law
+      auto run = [&](const Op& o, const Mat& in) {
+        const MatT<float> inf = in.cast<float>();
+        return combine_eval(dt, op_forward<float>(m, o, wf, inf), op_forward<double>(m, o, wd, in));
+      };
+      const bool centred = op.norm != NormKind::rms && op.norm != NormKind::batch_eval;
+      const bool scaled = op.norm != NormKind::batch_eval;
+      probes.push_back({"norm: shift the input " + what, op.layer, "x -> x + c", centred ? "invariant" : "changes",
+                        "", Evaluator::compare(run(op, xd), run(op, xd + shift))});
+      probes.push_back({"norm: scale the input " + what, op.layer, "x -> s x (s > 0)",
+                        scaled ? "invariant" : "changes", "eps set to 0 (eps > 0 breaks exact scale invariance)",
+                        Evaluator::compare(run(exact, xd), run(exact, Mat(xd.cwiseProduct(scale))))});
+    }
+  }
+  // The whole model: permuting tokens permutes the output unless positions enter somewhere.
+  {
+    const MatT<float> xf = c.ev->input().cast<float>();
+    const Mat pd = permute_tokens(c.ev->input(), perm, B);
+    const MatT<float> pf = pd.cast<float>();
+    const Eval out = combine_eval(dt, forward<float>(m, wf, pf), forward<double>(m, wd, pd));
+    Eval base_p = c.ev->base();
+    base_p.y = permute_tokens(base_p.y, perm, B);
+    probes.push_back({"model: permute tokens", "model", "x -> P x, compared with P out",
+                      positional ? "changes" : "equivariant",
+                      positional ? "a causal mask or RoPE gives tokens positions" : "",
+                      Evaluator::compare(base_p, out)});
+  }
+  json rows = json::array();
+  for (const auto& p : probes) rows.push_back(probe_json(p));
+  return rows;
+}
+
+// ---------------------------------------------------------------------------------------------
+json analyse_sweep(Context& c) {
+  json sizes = json::array();
+  std::vector<double> s;
+  for (int e = -8; e <= 2; ++e) {
+    s.push_back(std::pow(10.0, e));
+    sizes.push_back(s.back());
+  }
+  json series = json::array();
+  for (size_t bi = 0; bi < c.bias_params.size(); ++bi) {
+    const int pi = c.bias_params[bi];
+    const ModelParam& p = c.model.params[pi];
+    c.step("sweep " + p.name, 0.85 + 0.15 * bi / c.bias_params.size());
+    const Structure& st = c.structures[bi];
+    auto run = [&](const Vec& u) {
+      json delta = json::array(), floor = json::array();
+      for (double sz : s) {
+        const Mat v = p.value + Mat(u * sz);
+        const Delta d = Evaluator::compare(c.ev->base(), c.ev->run(pi, &v));
+        delta.push_back(d.finite ? num(d.max_abs) : json(nullptr));
+        floor.push_back(num(d.floor));
+      }
+      return std::make_pair(delta, floor);
+    };
+    auto [delta, floor] = run(c.directions[bi]);
+    json row = {{"param", p.name}, {"delta", delta}, {"noise_floor", floor}};
+    if (st.redundant_dim > 0 && st.redundant_dim < st.size) {
+      Rng rng(c.cfg.seed, "null." + p.name);
+      Vec g(st.redundant_dim);
+      for (int i = 0; i < g.size(); ++i) g(i) = rng.normal();
+      Vec un = st.null_basis * g;
+      un *= std::sqrt(double(st.size)) / un.norm();
+      auto [dr, fr] = run(un);
+      row["delta_redundant"] = dr;
+      row["noise_floor_redundant"] = fr;
+    }
+    series.push_back(row);
+  }
+  return {{"sizes", sizes}, {"direction", "random, unit RMS per entry, scaled by size"}, {"series", series}};
+}
+
+}  // namespace
+
+json analyze(const ExperimentConfig& cfg, const AnalyzeOptions& opt) {
+  using clock = std::chrono::steady_clock;
+  const auto t0 = clock::now();
+  auto ms = [&]() { return std::chrono::duration<double, std::milli>(clock::now() - t0).count(); };
+  Context c(cfg, opt);
+  try {
+    c.step("building", 0.0);
+    c.net = build_network(cfg);
+    sync_network(c.net);
+    c.model = compile(c.net);
+    c.x = draw_input(cfg, 0);
+    c.ev = std::make_unique<Evaluator>(c.model, c.x);
+    c.pool = std::make_unique<TracePool>(c.model, cfg);
+    c.solver = std::make_unique<StructureSolver>(c.model, *c.pool);
+    for (size_t i = 0; i < c.model.params.size(); ++i)
+      if (is_bias_like(c.model.params[i].role)) c.bias_params.push_back(static_cast<int>(i));
+
+    json report = {{"ok", true}, {"format", 1}, {"biaslab_version", biaslab_version()}};
+    report["config"] = config_to_json(cfg);
+    const Eval& base = c.ev->base();
+    report["noise"] = {
+        {"dtype", dtype_name(cfg.dtype)},
+        {"output_rounding", num(base.rounding)},
+        {"output_max_abs", num(base.y.cwiseAbs().maxCoeff())},
+        {"method", cfg.dtype == DType::float32
+                       ? "max |float32 - float64| of the same forward, measured per comparison; floor = 2 (r1 + r2)"
+                       : "max |float32 - float64| of the same forward scaled by 2^-29 (float64/float32 unit roundoff), measured per comparison; floor = 2 (r1 + r2)"}};
+    json biases = analyse_biases(c);
+    const double t_struct = ms();
+    json folds = opt.folds ? analyse_folds(c, biases) : json::array();
+    report["biases"] = biases;
+    report["folds"] = folds;
+    if (opt.folds) report["minimal_model"] = minimal_model(c);
+    if (opt.invariances) report["invariances"] = analyse_invariances(c);
+    if (opt.sweep) report["sweep"] = analyse_sweep(c);
+    int structural_inputs = 0;
+    for (const auto& s : c.structures) structural_inputs = std::max(structural_inputs, s.samples);
+    report["structural"] = {{"precision", "float64"},
+                            {"inputs_made", c.pool->made()},
+                            {"max_inputs_per_bias", structural_inputs},
+                            {"tolerance", "singular value <= 1e-8 x reference (JVP of a random per-token perturbation of the same tensor)"}};
+    long n_params = count_parameters(c.net);
+    int red = 0, part = 0, eff = 0;
+    for (const auto& b : biases) {
+      const std::string v = b["verdict"];
+      red += v == "redundant";
+      part += v == "partly_redundant";
+      eff += v == "effective";
+    }
+    int exact = 0;
+    for (const auto& f : folds) exact += f["exact"].get<bool>();
+    report["summary"] = {{"parameters", n_params}, {"biases", biases.size()},   {"redundant", red},
+                         {"partly_redundant", part}, {"effective", eff},        {"folds", folds.size()},
+                         {"exact_folds", exact}};
+    report["timing_ms"] = {{"structure", t_struct}, {"total", ms()}};
+    if (opt.progress) opt.progress("done", 1.0);
+    return report;
+  } catch (const Cancelled&) {
+    return {{"ok", false}, {"error", {{"path", ""}, {"message", "cancelled"}}}};
+  } catch (const std::bad_alloc&) {
+    return {{"ok", false}, {"error", {{"path", ""}, {"message", "out of memory: the config is too large for this machine"}}}};
+  } catch (const std::exception& e) {
+    return {{"ok", false}, {"error", {{"path", ""}, {"message", std::string("internal error: ") + e.what()}}}};
+  }
+}
+
+json analyze_text(const std::string& text, const AnalyzeOptions& opt) {
+  try {
+    const Result<ExperimentConfig> cfg = parse_config_text(text);
+    if (!cfg) return {{"ok", false}, {"error", {{"path", cfg.error().path}, {"message", cfg.error().message}}}};
+    return analyze(*cfg, opt);
+  } catch (const std::exception& e) {
+    return {{"ok", false}, {"error", {{"path", ""}, {"message", std::string("internal error: ") + e.what()}}}};
+  }
+}
+
+}  // namespace biaslab

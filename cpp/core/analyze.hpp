@@ -1,0 +1,33 @@
+// The analyses and the report (format v1). JSON in, JSON out; nothing here throws to the caller.
+#pragma once
+
+#include <functional>
+#include <string>
+
+#include <nlohmann/json.hpp>
+
+#include "core/config.hpp"
+
+namespace biaslab {
+
+struct AnalyzeOptions {
+  bool sweep = true;
+  bool invariances = true;
+  bool folds = true;
+  // Called between steps: a short label and the fraction done (0..1).
+  std::function<void(const std::string& step, double fraction)> progress;
+  // Polled between steps; true stops the analysis with an error {path:"", message:"cancelled"}.
+  std::function<bool()> cancelled;
+};
+
+// The report for a validated config: {"ok": true, "format": 1, "biases": [...], "folds": [...],
+// "minimal_model": {...}, "invariances": [...], "sweep": {...}, ...}.
+nlohmann::json analyze(const ExperimentConfig& config, const AnalyzeOptions& options = {});
+
+// Parses, validates and analyses. Bad input gives {"ok": false, "error": {"path", "message"}};
+// so does any internal failure (never an exception or abort).
+nlohmann::json analyze_text(const std::string& config_text, const AnalyzeOptions& options = {});
+
+const char* biaslab_version();
+
+}  // namespace biaslab

@@ -1,0 +1,288 @@
+#include "core/jvp.hpp"
+
+#include <cmath>
+#include <optional>
+
+namespace biaslab {
+
+namespace {
+
+// Elements of a norm that share statistics ("sets"), as in forward.cpp: the set of element
+// (r, f) of an (N, F) input.
+struct NormSets {
+  const Op& op;
+  int T, F;
+  int id(int r, int f) const {
+    switch (op.norm) {
+      case NormKind::layer:
+      case NormKind::rms: return r;
+      case NormKind::batch_train: return f;
+      case NormKind::instance: return (r / T) * F + f;
+      case NormKind::group: return (r / T) * op.groups + f / (F / op.groups);
+      case NormKind::batch_eval: return f;
+    }
+    return 0;
+  }
+};
+
+// Norm JVP. With xh = normalised input and rstd per set:
+//   centred norms: dy = rstd * (dx - mean(dx) - xh * mean(xh * dx))
+//   RMSNorm:       dy = rstd * (dx - xh * mean(xh * dx))
+//   BatchNorm eval: dy = dx / sqrt(running_var + eps)
+// then scaled by the gain.
+Mat norm_jvp(const Model& m, const Op& op, const Mat& x, const Mat& dx, int n) {
+  const int N = static_cast<int>(x.rows()), F = static_cast<int>(x.cols());
+  const int T = N / m.batch;
+  Mat dy(dx.rows(), F);
+  if (op.norm == NormKind::batch_eval) {
+    const Mat& rv = m.params[op.var].value;
+    for (int f = 0; f < F; ++f) dy.col(f) = dx.col(f) / std::sqrt(rv(f, 0) + op.eps);
+  } else {
+    const NormSets sets{op, T, F};
+    const bool centre = op.norm != NormKind::rms;
+    const int S = op.norm == NormKind::layer || op.norm == NormKind::rms ? N
+                  : op.norm == NormKind::batch_train                     ? F
+                  : op.norm == NormKind::instance ? (N / T) * F
+                                                  : (N / T) * op.groups;
+    Vec mean = Vec::Zero(S), var = Vec::Zero(S), cnt = Vec::Zero(S);
+    for (int r = 0; r < N; ++r)
+      for (int f = 0; f < F; ++f) {
+        const int s = sets.id(r, f);
+        mean(s) += x(r, f);
+        cnt(s) += 1;
+      }
+    if (centre) mean.array() /= cnt.array();
+    else mean.setZero();
+    for (int r = 0; r < N; ++r)
+      for (int f = 0; f < F; ++f) {
+        const int s = sets.id(r, f);
+        const double c = x(r, f) - mean(s);
+        var(s) += c * c;
+      }
+    Vec rstd = ((var.array() / cnt.array()) + op.eps).rsqrt();
+    Mat xh(N, F);
+    for (int r = 0; r < N; ++r)
+      for (int f = 0; f < F; ++f) {
+        const int s = sets.id(r, f);
+        xh(r, f) = (x(r, f) - mean(s)) * rstd(s);
+      }
+    Vec s1(S), s2(S);
+    for (int a = 0; a < n; ++a) {
+      auto d = dx.middleRows(static_cast<Eigen::Index>(a) * N, N);
+      auto o = dy.middleRows(static_cast<Eigen::Index>(a) * N, N);
+      s1.setZero();
+      s2.setZero();
+      for (int r = 0; r < N; ++r)
+        for (int f = 0; f < F; ++f) {
+          const int s = sets.id(r, f);
+          s1(s) += d(r, f);
+          s2(s) += xh(r, f) * d(r, f);
+        }
+      s1.array() /= cnt.array();
+      s2.array() /= cnt.array();
+      if (!centre) s1.setZero();
+      for (int r = 0; r < N; ++r)
+        for (int f = 0; f < F; ++f) {
+          const int s = sets.id(r, f);
+          o(r, f) = rstd(s) * (d(r, f) - s1(s) - xh(r, f) * s2(s));
+        }
+    }
+  }
+  if (op.gain >= 0) dy.array().rowwise() *= m.params[op.gain].value.col(0).transpose().array();
+  return dy;
+}
+
+double activation_derivative(const Op& op, double x) {
+  if (op.act == LayerType::relu) return x > 0 ? 1.0 : 0.0;  // torch: 0 at 0
+  if (op.approx == GeluApprox::tanh) {
+    const double c = 0.7978845608028654, k = 0.044715;
+    const double t = std::tanh(c * (x + k * x * x * x));
+    return 0.5 * (1 + t) + 0.5 * x * (1 - t * t) * c * (1 + 3 * k * x * x);
+  }
+  const double pdf = 0.3989422804014327 * std::exp(-0.5 * x * x);
+  return 0.5 * (1 + std::erf(x * 0.7071067811865476)) + x * pdf;
+}
+
+// Attention core JVP. dx: tangent of the input (or none); seeds on q/k/v biases enter after the
+// projections (before RoPE, as the biases do). Per direction, sample and head:
+//   dS = (dQ K^T + Q dK^T) / sqrt(d);  dP = P .* (dS - rowsum(P .* dS));  dC = dP V + P dV.
+// A head whose dQ, dK, dV are all exactly zero keeps an exactly zero dC.
+Mat attention_jvp(const Model& m, const Op& op, const Mat& x, const AttentionCache& c,
+                  const Mat* dx, const Seed& seed, int n) {
+  const int N = static_cast<int>(x.rows()), F = op.in, H = op.heads, d = F / H;
+  const int B = m.batch, T = N / B;
+  auto project = [&](int w, int b) {
+    Mat out = dx ? Mat((*dx) * m.params[w].value.transpose()) : Mat::Zero(Eigen::Index(n) * N, F);
+    if (b >= 0 && b == seed.param) out += seed.values;
+    return out;
+  };
+  Mat dq = project(op.wq, op.bq), dk = project(op.wk, op.bk), dv = project(op.wv, op.bv);
+  if (op.rope) {
+    rope_rotate(dq, n * B, T, H);
+    rope_rotate(dk, n * B, T, H);
+  }
+  const double scale = 1.0 / std::sqrt(static_cast<double>(d));
+  Mat out = Mat::Zero(dq.rows(), F);
+  Mat ds(T, T), dp(T, T);
+  for (int a = 0; a < n; ++a)
+    for (int b = 0; b < B; ++b) {
+      const Eigen::Index row = Eigen::Index(a) * N + Eigen::Index(b) * T;
+      for (int h = 0; h < H; ++h) {
+        auto dqb = dq.block(row, h * d, T, d);
+        auto dkb = dk.block(row, h * d, T, d);
+        auto dvb = dv.block(row, h * d, T, d);
+        const bool q0 = (dqb.array() == 0).all(), k0 = (dkb.array() == 0).all(),
+                   v0 = (dvb.array() == 0).all();
+        if (q0 && k0 && v0) continue;
+        const Mat& P = c.probs[b * H + h];
+        auto qb = c.q.block(b * T, h * d, T, d);
+        auto kb = c.k.block(b * T, h * d, T, d);
+        auto vb = c.v.block(b * T, h * d, T, d);
+        auto ob = out.block(row, h * d, T, d);
+        if (!q0 || !k0) {
+          ds.setZero();
+          if (!q0) ds.noalias() += dqb * kb.transpose();
+          if (!k0) ds.noalias() += qb * dkb.transpose();
+          ds *= scale;
+          dp = P.cwiseProduct(ds);
+          const Vec rows = dp.rowwise().sum();
+          dp -= P.cwiseProduct(rows.replicate(1, T));
+          ob.noalias() += dp * vb;
+        }
+        if (!v0) ob.noalias() += P * dvb;
+      }
+    }
+  return out;
+}
+
+}  // namespace
+
+Mat op_jvp(const Model& m, const Op& op, const Mat& x, const Mat& dx, int n) {
+  const Eigen::Index N = x.rows();
+  switch (op.kind) {
+    case OpKind::linear:
+      return dx * m.params[op.w].value.transpose();
+    case OpKind::norm:
+      return norm_jvp(m, op, x, dx, n);
+    case OpKind::activation: {
+      const Mat g = x.unaryExpr([&](double v) { return activation_derivative(op, v); });
+      Mat dy = dx;
+      for (int a = 0; a < n; ++a) dy.middleRows(a * N, N).array() *= g.array();
+      return dy;
+    }
+    case OpKind::softmax: {
+      Mat y = x;
+      for (Eigen::Index r = 0; r < N; ++r) {
+        y.row(r).array() = (y.row(r).array() - y.row(r).maxCoeff()).exp();
+        y.row(r) /= y.row(r).sum();
+      }
+      Mat dy(dx.rows(), dx.cols());
+      for (int a = 0; a < n; ++a) {
+        auto d = dx.middleRows(a * N, N);
+        const Mat yd = y.cwiseProduct(d);
+        const Vec s = yd.rowwise().sum();
+        dy.middleRows(a * N, N) = yd - y.cwiseProduct(s.replicate(1, x.cols()));
+      }
+      return dy;
+    }
+    case OpKind::attention:
+    case OpKind::residual_begin:
+    case OpKind::residual_end:
+      break;
+  }
+  return dx;
+}
+
+Mat jvp(const Model& m, const Trace& trace, const Seed& seed, int n, int stop) {
+  const int start = m.params[seed.param].op;
+  const Eigen::Index N = trace.inputs[0].rows();
+  // Residual skips pushed before `start` carry no tangent (nullopt).
+  std::vector<std::optional<Mat>> skips;
+  for (int i = 0; i < start; ++i) {
+    if (m.ops[i].kind == OpKind::residual_begin) skips.emplace_back();
+    if (m.ops[i].kind == OpKind::residual_end) skips.pop_back();
+  }
+  std::optional<Mat> d;  // nullopt: exactly zero
+  auto add_seed = [&](int p) {
+    if (p < 0 || p != seed.param) return;
+    if (d) *d += seed.values;
+    else d = seed.values;
+  };
+  for (int i = start; i < stop; ++i) {
+    const Op& op = m.ops[i];
+    const Mat& x = trace.inputs[i];
+    switch (op.kind) {
+      case OpKind::residual_begin:
+        skips.push_back(d);
+        break;
+      case OpKind::residual_end: {
+        std::optional<Mat> s = std::move(skips.back());
+        skips.pop_back();
+        if (s) d = d ? Mat(*d + *s) : *s;
+        break;
+      }
+      case OpKind::attention:
+        if (d || (seed.param >= 0 && (seed.param == op.bq || seed.param == op.bk ||
+                                      seed.param == op.bv)))
+          d = attention_jvp(m, op, x, trace.attention[i], d ? &*d : nullptr, seed, n);
+        break;
+      case OpKind::linear:
+        if (d) d = op_jvp(m, op, x, *d, n);
+        add_seed(op.b);
+        break;
+      case OpKind::norm:
+        if (d) d = op_jvp(m, op, x, *d, n);
+        add_seed(op.shift);
+        break;
+      default:
+        if (d) d = op_jvp(m, op, x, *d, n);
+    }
+  }
+  const int width = stop < static_cast<int>(m.ops.size()) ? m.ops[stop].in : m.out_features;
+  return d ? *d : Mat::Zero(Eigen::Index(n) * N, width);
+}
+
+int trailing_cut(const Model& m, int start) {
+  const int end = static_cast<int>(m.ops.size());
+  int best = end;
+  int open = 0;  // residual ends in the suffix whose begin lies after `start` and is not included
+  for (int c = end - 1; c > start; --c) {
+    const Op& op = m.ops[c];
+    const bool linear_op = op.kind == OpKind::linear ||
+                           (op.kind == OpKind::norm && op.norm == NormKind::batch_eval) ||
+                           op.kind == OpKind::residual_begin || op.kind == OpKind::residual_end;
+    if (!linear_op) break;
+    if (op.kind == OpKind::residual_end && op.partner > start) ++open;
+    if (op.kind == OpKind::residual_begin) --open;
+    if (open == 0) best = c;
+  }
+  return best;
+}
+
+Mat trailing_map(const Model& m, int start, int cut) {
+  const int end = static_cast<int>(m.ops.size());
+  const int w = cut < end ? m.ops[cut].in : m.out_features;
+  // Push the identity through as w tangents of one token each: row a = (A e_a)^T.
+  Mat d = Mat::Identity(w, w);
+  std::vector<std::optional<Mat>> skips;
+  for (int i = cut; i < end; ++i) {
+    const Op& op = m.ops[i];
+    if (op.kind == OpKind::residual_begin) {
+      skips.push_back(d);
+    } else if (op.kind == OpKind::residual_end) {
+      if (op.partner >= cut) {
+        d += *skips.back();
+        skips.pop_back();
+      }  // else the skip was pushed before the seed entered: no tangent
+    } else if (op.kind == OpKind::linear) {
+      d = d * m.params[op.w].value.transpose();
+    } else {  // batchnorm eval
+      const Mat& rv = m.params[op.var].value;
+      for (Eigen::Index f = 0; f < d.cols(); ++f) d.col(f) /= std::sqrt(rv(f, 0) + op.eps);
+      if (op.gain >= 0) d.array().rowwise() *= m.params[op.gain].value.col(0).transpose().array();
+    }
+  }
+  return d.transpose();
+}
+
+}  // namespace biaslab

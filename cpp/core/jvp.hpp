@@ -1,0 +1,35 @@
+// Forward-mode derivatives (JVPs) in float64, batched over directions.
+//
+// A batch of n tangents is one (n*N, F) matrix: rows [a*N, (a+1)*N) hold direction a. Seeds are
+// added where a bias-like parameter enters the computation (after its projection, after its
+// norm, inside attention for q/k/v biases); ops before that point carry an exact zero tangent
+// and are skipped. Exact zeros are preserved (per-head blocks inside attention that receive no
+// tangent stay 0.0), which the structural analysis uses to split its rank computation.
+#pragma once
+
+#include "core/forward.hpp"
+
+namespace biaslab {
+
+struct Seed {
+  int param = -1;  // index into Model::params (bias or shift)
+  Mat values;      // (n*N, size of the parameter)
+};
+
+// Propagates `seed` (n directions) from the op that holds the parameter up to the input of op
+// `stop` (m.ops.size() for the model output). `trace` comes from forward<double> on the same
+// model and input. Returns (n*N, width at stop).
+Mat jvp(const Model& m, const Trace& trace, const Seed& seed, int n, int stop);
+
+// Ops [cut, end) that act on a tangent entering at op `start` as one fixed linear map per token
+// (Linear, BatchNorm in eval mode, residual markers whose skip carries no tangent). Returns the
+// smallest such cut > start, or m.ops.size() when the last op is not of that kind.
+int trailing_cut(const Model& m, int start);
+// That map as a (width at end, width at cut) matrix A: output tangent = A * tangent at cut.
+Mat trailing_map(const Model& m, int start, int cut);
+
+// A single activation derivative or norm JVP, exposed for tests. x: (N, F) op input,
+// dx: (n*N, F).
+Mat op_jvp(const Model& m, const Op& op, const Mat& x, const Mat& dx, int n);
+
+}  // namespace biaslab

@@ -1,0 +1,70 @@
+#include "core/measure.hpp"
+
+#include <cmath>
+
+namespace biaslab {
+
+Eval combine_eval(DType dtype, const MatT<float>& y32, const Mat& y64) {
+  Eval e;
+  const Mat y32d = y32.cast<double>();
+  e.finite = y32d.allFinite() && y64.allFinite();
+  const double diff = e.finite ? (y32d - y64).cwiseAbs().maxCoeff() : 0.0;
+  if (dtype == DType::float32) {
+    e.y = y32d;
+    e.rounding = diff;
+  } else {
+    e.y = y64;
+    e.rounding = diff * kRoundoffRatio;
+  }
+  return e;
+}
+
+Evaluator::Evaluator(const Model& m, const Mat& x) : m_(m), x_(x) {
+  wf_ = cast_weights<float>(m);
+  xf_ = x.cast<float>();
+  if (m.dtype == DType::float32) {
+    // The float64 reference runs on exactly the float32 model's values.
+    wd_.reserve(wf_.size());
+    for (const auto& w : wf_) wd_.push_back(w.cast<double>());
+    xd_ = xf_.cast<double>();
+  } else {
+    wd_ = cast_weights<double>(m);
+    xd_ = x;
+  }
+  base_ = run();
+}
+
+Eval Evaluator::run(int param, const Mat* value) const {
+  MatT<float> vf;
+  Mat vd;
+  Override<float> of;
+  Override<double> od;
+  if (param >= 0 && value) {
+    vf = value->cast<float>();
+    vd = m_.dtype == DType::float32 ? Mat(vf.cast<double>()) : *value;
+    of = {param, &vf};
+    od = {param, &vd};
+  }
+  const MatT<float> y32 = forward<float>(m_, wf_, xf_, of);
+  const Mat y64 = forward<double>(m_, wd_, xd_, od);
+  return combine_eval(m_.dtype, y32, y64);
+}
+
+Eval Evaluator::run_model(const Model& other, const Mat& x) {
+  return Evaluator(other, x).base();
+}
+
+Delta Evaluator::compare(const Eval& a, const Eval& b) {
+  Delta d;
+  d.finite = a.finite && b.finite && a.y.rows() == b.y.rows() && a.y.cols() == b.y.cols();
+  d.floor = kFloorFactor * (a.rounding + b.rounding);
+  if (!d.finite) return d;
+  const Mat diff = b.y - a.y;
+  d.max_abs = diff.cwiseAbs().maxCoeff();
+  d.mean_abs = diff.cwiseAbs().mean();
+  const double ny = a.y.norm();
+  d.rel = ny > 0 ? diff.norm() / ny : diff.norm();
+  return d;
+}
+
+}  // namespace biaslab

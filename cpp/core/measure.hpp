@@ -1,0 +1,61 @@
+// Measuring output changes against a measured noise floor.
+//
+// Every forward runs in the config's dtype AND in the other precision on the same (rounded)
+// values. For a float32 config the rounding error of an output is measured directly as
+// max |y32 - y64|. For a float64 config it is the same float32-vs-float64 difference scaled by
+// the ratio of unit roundoffs (2^-52 / 2^-23): the network's measured sensitivity to rounding,
+// at float64's precision. A difference between two forwards is real only above
+// noise_floor = 4 * (rounding of the first + rounding of the second); never a fixed tolerance.
+// (2 would bound |e1 - e2| by |e1| + |e2| if the roundings were known exactly; the other factor
+// of 2 covers the float64 estimate, which is a scaled measurement, not the error itself.)
+#pragma once
+
+#include "core/forward.hpp"
+
+namespace biaslab {
+
+struct Eval {
+  Mat y;            // output in the config's dtype, widened to double
+  double rounding;  // measured max abs rounding error of y
+  bool finite;
+};
+
+struct Delta {
+  double max_abs = 0, mean_abs = 0, rel = 0, floor = 0;
+  bool finite = true;
+  bool above_floor() const { return !finite || max_abs > floor; }
+};
+
+class Evaluator {
+ public:
+  Evaluator(const Model& m, const Mat& x);
+  // Forward with parameter `param` (index into m.params, -1: none) replaced by `value`.
+  Eval run(int param = -1, const Mat* value = nullptr) const;
+  // Forward of another model (a folded one) on the same input.
+  static Eval run_model(const Model& other, const Mat& x);
+  static Delta compare(const Eval& a, const Eval& b);
+  const Eval& base() const { return base_; }
+  const Model& model() const { return m_; }
+  const Mat& input() const { return x_; }
+  const Weights<float>& weights32() const { return wf_; }
+  const Weights<double>& weights64() const { return wd_; }
+
+ private:
+  const Model& m_;
+  Mat x_;
+  Weights<float> wf_;
+  Weights<double> wd_;
+  MatT<float> xf_;
+  Mat xd_;
+  Eval base_;
+};
+
+// Combines one computation done in float32 and in float64 into an Eval for `dtype`.
+Eval combine_eval(DType dtype, const MatT<float>& y32, const Mat& y64);
+
+constexpr double kFloorFactor = 4.0;
+
+// Unit roundoff ratio used to carry a float32-measured rounding to float64.
+constexpr double kRoundoffRatio = 1.0 / 536870912.0;  // 2^-29 = 2^-52 / 2^-23
+
+}  // namespace biaslab

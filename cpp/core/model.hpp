@@ -1,0 +1,111 @@
+// Networks and models.
+//
+// Shape letters used throughout: B = batch, T = tokens, F = features (width), H = heads,
+// d = head dimension (F / H), N = B*T rows. Activations are row-major (N, F) matrices whose row
+// b*T + t holds token t of sample b.
+//
+// A Network is the config's layer tree with parameter values attached: folds rewrite it and it
+// prints back to a config. A Model is a Network compiled into a flat list of ops (residual blocks
+// become begin/end markers) that forward and JVP passes loop over. Parameters are declared once,
+// per layer type, in declare_params(); every name and every analysis goes through that list.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include <Eigen/Dense>
+
+#include "core/config.hpp"
+
+namespace biaslab {
+
+template <class S>
+using MatT = Eigen::Matrix<S, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>;
+using Mat = MatT<double>;
+using Vec = Eigen::VectorXd;
+
+// weight: a projection matrix; bias: added after a projection; gain / shift: a norm's affine
+// weight / bias; buffer: running statistics (not trained).
+enum class ParamRole { weight, bias, gain, shift, buffer };
+const char* param_role_name(ParamRole r);
+inline bool is_bias_like(ParamRole r) { return r == ParamRole::bias || r == ParamRole::shift; }
+
+// Parameter values are float64; a float32 model is the same values rounded. Matrices are
+// (out, in) like torch's Linear.weight; vectors are (n, 1).
+struct Param {
+  std::string local;  // e.g. "k_proj.bias", "weight", "running_var"
+  ParamRole role;
+  Mat value;
+};
+
+struct LayerNode {
+  LayerConfig cfg;  // cfg.body is unused: see body
+  std::vector<Param> params;
+  std::vector<LayerNode> body;
+  int in_width = 0, out_width = 0;
+
+  Param* find(const std::string& local);
+  const Param* find(const std::string& local) const;
+};
+
+struct Network {
+  ExperimentConfig config;  // seed, dtype, shape; config.layers mirrors `layers` after sync
+  std::vector<LayerNode> layers;
+};
+
+// Draws every parameter from the seed (one stream per dotted name).
+Network build_network(const ExperimentConfig& config);
+// Rebuilds config.layers from the tree (after a fold changed it) and recomputes widths.
+void sync_network(Network& net);
+long count_parameters(const Network& net);  // trainable ones: buffers excluded
+
+// The parameters a layer type declares, in order, with their initial values drawn from rng
+// streams keyed by `prefix + local`. The single place where parameter names are defined.
+std::vector<Param> declare_params(const LayerConfig& cfg, int in_width, int out_width,
+                                  std::uint64_t seed, const std::string& prefix);
+
+// ---------------------------------------------------------------------------------------------
+enum class OpKind { linear, norm, activation, softmax, attention, residual_begin, residual_end };
+enum class NormKind { layer, rms, batch_train, batch_eval, group, instance };
+
+struct Op {
+  OpKind kind;
+  int in = 0, out = 0;        // widths
+  std::string layer;          // dotted prefix of the config layer, e.g. "layers.0.body.1"
+  int layer_index = -1;       // index of the config layer in its sequence
+  // Indices into Model::params; -1 when absent.
+  int w = -1, b = -1;                                    // linear (and attention's o_proj)
+  NormKind norm = NormKind::layer;
+  int gain = -1, shift = -1, mean = -1, var = -1;        // norm
+  double eps = 0;
+  int groups = 1;
+  int wq = -1, bq = -1, wk = -1, bk = -1, wv = -1, bv = -1;  // attention core
+  int heads = 1;
+  bool causal = false, rope = false;
+  LayerType act = LayerType::relu;                       // activation: relu or gelu
+  GeluApprox approx = GeluApprox::none;
+  int partner = -1;                                      // residual: index of the matching marker
+};
+
+struct ModelParam {
+  std::string name;  // dotted, e.g. "layers.0.body.1.k_proj.bias"
+  ParamRole role;
+  int op;            // the op that uses it
+  Mat value;
+};
+
+struct Model {
+  int batch = 0, tokens = 0, in_features = 0, out_features = 0;
+  DType dtype = DType::float64;
+  std::vector<Op> ops;
+  std::vector<ModelParam> params;
+  int find_param(const std::string& name) const;  // -1 when absent
+};
+
+Model compile(const Network& net);
+
+// The input the config describes: (B*T, F) drawn from the seed; `stream` selects independent
+// inputs (0 is the experiment's own input; structural checks use 1, 2, ...).
+Mat draw_input(const ExperimentConfig& config, int stream);
+
+}  // namespace biaslab

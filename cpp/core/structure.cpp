@@ -1,0 +1,220 @@
+#include "core/structure.hpp"
+
+#include <algorithm>
+#include <cmath>
+#include <map>
+#include <numeric>
+
+#include <Eigen/SVD>
+
+#include "core/rng.hpp"
+
+namespace biaslab {
+
+const Trace& TracePool::get(int k) {
+  if (w_.empty()) w_ = cast_weights<double>(m_);
+  while (static_cast<int>(traces_.size()) <= k) {
+    Trace t;
+    const Mat x = draw_input(cfg_, static_cast<int>(traces_.size()) + 1);
+    forward<double>(m_, w_, x, {}, &t);
+    traces_.push_back(std::move(t));
+  }
+  return traces_[k];
+}
+
+namespace {
+
+using ColMat = Eigen::MatrixXd;
+
+struct UnionFind {
+  std::vector<int> parent;
+  explicit UnionFind(int n) : parent(n) { std::iota(parent.begin(), parent.end(), 0); }
+  int find(int a) {
+    while (parent[a] != a) a = parent[a] = parent[parent[a]];
+    return a;
+  }
+  void unite(int a, int b) {
+    a = find(a);
+    b = find(b);
+    if (a != b) parent[std::max(a, b)] = std::min(a, b);
+  }
+};
+
+struct Cluster {
+  std::vector<int> cols;  // bias coordinates, ascending
+  ColMat R;               // (<= cols.size(), cols.size()): R^T R = stacked J^T J on these columns
+};
+
+Vec singular_values(const ColMat& R) {
+  if (R.rows() == 0 || R.cols() == 0) return Vec();
+  Eigen::BDCSVD<ColMat> svd(R);
+  return svd.singularValues();
+}
+
+}  // namespace
+
+int StructureSolver::injective_cut(int start) {
+  for (const auto& [s, c] : cut_cache_)
+    if (s == start) return c;
+  const int end = static_cast<int>(m_.ops.size());
+  int cut = trailing_cut(m_, start);
+  if (cut < end) {
+    const ColMat A = trailing_map(m_, start, cut);
+    bool injective = false;
+    if (A.rows() == A.cols()) {
+      injective = Eigen::PartialPivLU<ColMat>(A).rcond() > 1e-10;
+    } else if (A.rows() > A.cols()) {
+      const ColMat G = A.transpose() * A;
+      injective = Eigen::PartialPivLU<ColMat>(G).rcond() > 1e-14;
+    }
+    if (!injective) cut = end;
+  }
+  cut_cache_.push_back({start, cut});
+  return cut;
+}
+
+Structure StructureSolver::solve(int param, const std::function<bool()>& cancelled) {
+  const ModelParam& p = m_.params[param];
+  const int n = static_cast<int>(p.value.size());
+  const int start = p.op;
+  const int cut = injective_cut(start);
+  Structure out;
+  out.size = n;
+  out.cut = cut;
+
+  UnionFind uf(n);
+  std::map<int, Cluster> clusters;  // by union-find root
+  double ref_sq = 0;
+  ColMat J;
+  double tau = 0;
+  for (int k = 0; k < opt_.max_samples; ++k) {
+    const Trace& tr = pool_.get(k);
+    const int N = static_cast<int>(tr.inputs[0].rows());
+
+    // Reference scale: a random perturbation of the same tensor that differs per token (unit
+    // norm per token, like a unit broadcast direction) is generically visible in the output.
+    Rng rng(0x5eedULL + static_cast<std::uint64_t>(k), p.name);
+    Seed ref{param, Mat(N, n)};
+    for (int r = 0; r < N; ++r)
+      for (int j = 0; j < n; ++j) ref.values(r, j) = rng.normal() / std::sqrt(double(n));
+    const Mat dref = jvp(m_, tr, ref, 1, cut);
+    ref_sq += dref.squaredNorm();
+    const int w = static_cast<int>(dref.cols());
+    const Eigen::Index rows = Eigen::Index(N) * w;
+
+    // The Jacobian on this input, column a = output tangent of the broadcast direction e_a.
+    J.resize(rows, n);
+    const long per_dir = std::max<long>(1, long(N) * std::max(w, n));
+    const int chunk = static_cast<int>(std::max<long>(1, std::min<long>(n, opt_.chunk_elements / per_dir)));
+    for (int a0 = 0; a0 < n; a0 += chunk) {
+      if (cancelled && cancelled()) return out;
+      const int c = std::min(chunk, n - a0);
+      Seed s{param, Mat::Zero(Eigen::Index(c) * N, n)};
+      for (int a = 0; a < c; ++a) s.values.block(Eigen::Index(a) * N, a0 + a, N, 1).setOnes();
+      const Mat d = jvp(m_, tr, s, c, cut);
+      for (int a = 0; a < c; ++a)
+        J.col(a0 + a) = Eigen::Map<const Vec>(d.data() + Eigen::Index(a) * rows, rows);
+    }
+
+    // Columns that share a non-zero output entry belong together.
+    std::vector<int> owner(static_cast<size_t>(rows), -1);
+    for (int a = 0; a < n; ++a) {
+      const double* col = J.col(a).data();
+      for (Eigen::Index r = 0; r < rows; ++r)
+        if (col[r] != 0.0) {
+          if (owner[r] < 0) owner[r] = a;
+          else uf.unite(a, owner[r]);
+        }
+    }
+    std::map<int, std::vector<int>> group_cols, group_rows;
+    for (int a = 0; a < n; ++a) group_cols[uf.find(a)].push_back(a);
+    for (Eigen::Index r = 0; r < rows; ++r)
+      if (owner[r] >= 0) group_rows[uf.find(owner[r])].push_back(static_cast<int>(r));
+
+    std::map<int, Cluster> next;
+    for (auto& [root, cols] : group_cols) {
+      std::vector<int> pos(n, -1);
+      for (size_t i = 0; i < cols.size(); ++i) pos[cols[i]] = static_cast<int>(i);
+      std::vector<const Cluster*> olds;
+      Eigen::Index old_rows = 0;
+      for (const auto& [oroot, oc] : clusters)
+        if (uf.find(oroot) == root) {
+          olds.push_back(&oc);
+          old_rows += oc.R.rows();
+        }
+      const std::vector<int>& rws = group_rows[root];
+      const Eigen::Index ncol = static_cast<Eigen::Index>(cols.size());
+      ColMat M = ColMat::Zero(old_rows + static_cast<Eigen::Index>(rws.size()), ncol);
+      Eigen::Index at = 0;
+      for (const Cluster* oc : olds) {
+        for (size_t j = 0; j < oc->cols.size(); ++j)
+          M.block(at, pos[oc->cols[j]], oc->R.rows(), 1) = oc->R.col(static_cast<Eigen::Index>(j));
+        at += oc->R.rows();
+      }
+      for (size_t i = 0; i < rws.size(); ++i)
+        for (Eigen::Index j = 0; j < ncol; ++j) M(at + static_cast<Eigen::Index>(i), j) = J(rws[i], cols[j]);
+      Cluster cl;
+      cl.cols = cols;
+      if (M.rows() == 0) {
+        cl.R = ColMat(0, ncol);
+      } else {
+        Eigen::HouseholderQR<ColMat> qr(M);
+        const Eigen::Index kr = std::min(M.rows(), ncol);
+        cl.R = qr.matrixQR().topRows(kr).triangularView<Eigen::Upper>();
+      }
+      next[root] = std::move(cl);
+    }
+    clusters = std::move(next);
+
+    tau = opt_.tol_rel * std::sqrt(ref_sq);
+    int rank = 0;
+    for (const auto& [root, cl] : clusters) {
+      const Vec sv = singular_values(cl.R);
+      for (Eigen::Index i = 0; i < sv.size(); ++i) rank += sv(i) > tau;
+    }
+    out.rank_history.push_back(rank);
+    out.samples = k + 1;
+    if (rank == n) break;
+    if (k >= opt_.patience && out.rank_history[k] == out.rank_history[k - opt_.patience]) break;
+  }
+
+  // Null space per cluster, embedded in the full coordinate space.
+  out.reference = std::sqrt(ref_sq);
+  out.clusters = static_cast<int>(clusters.size());
+  std::vector<Vec> basis;
+  double null_max = 0, kept_min = 0;
+  for (const auto& [root, cl] : clusters) {
+    const int c = static_cast<int>(cl.cols.size());
+    const Vec sv = singular_values(cl.R);
+    int kept = 0;
+    for (Eigen::Index i = 0; i < sv.size(); ++i) {
+      if (sv(i) > tau) {
+        ++kept;
+        kept_min = kept_min == 0 ? sv(i) : std::min(kept_min, sv(i));
+      } else {
+        null_max = std::max(null_max, sv(i));
+      }
+    }
+    if (kept == c) continue;
+    ColMat V;
+    if (kept == 0) {
+      V = ColMat::Identity(c, c);
+    } else {
+      Eigen::BDCSVD<ColMat> svd(cl.R, Eigen::ComputeFullV);
+      V = svd.matrixV().rightCols(c - kept);
+    }
+    for (Eigen::Index j = V.cols() - (c - kept); j < V.cols(); ++j) {
+      Vec v = Vec::Zero(n);
+      for (int i = 0; i < c; ++i) v(cl.cols[i]) = V(i, j);
+      basis.push_back(v);
+    }
+  }
+  out.redundant_dim = static_cast<int>(basis.size());
+  out.null_basis.resize(n, out.redundant_dim);
+  for (int j = 0; j < out.redundant_dim; ++j) out.null_basis.col(j) = basis[j];
+  out.null_max = out.reference > 0 ? null_max / out.reference : 0;
+  out.kept_min = out.reference > 0 ? kept_min / out.reference : 0;
+  return out;
+}
+
+}  // namespace biaslab
