@@ -1,0 +1,135 @@
+#include "core/presets.hpp"
+
+namespace biaslab {
+
+const std::vector<Preset>& presets() {
+  static const std::vector<Preset> all = {
+      {"default", "Pre-norm attention block",
+       "In x + Attn(LN(x)) only the key bias is redundant; the LayerNorm's gain and shift fold exactly into the q/k/v projections.",
+       R"({"version": 1, "seed": 7, "dtype": "float64",
+ "shape": {"batch": 2, "tokens": 16, "features": 64},
+ "layers": [
+   {"type": "residual", "body": [
+      {"type": "layernorm"},
+      {"type": "attention", "num_heads": 4}]},
+   {"type": "linear", "out_features": 64}]})"},
+      {"article2-key-bias", "Key bias, 1024 wide, float32",
+       "The second article's check: with 32 heads over 1024 features and 16 tokens, a key bias moves the float32 output only by rounding (mean |delta| near 1e-8).",
+       R"({"version": 1, "seed": 42, "dtype": "float32",
+ "shape": {"batch": 1, "tokens": 16, "features": 1024},
+ "layers": [
+   {"type": "attention", "num_heads": 32, "q_bias": false, "k_bias": true, "v_bias": false, "o_bias": false}]})"},
+      {"article2-all-biases", "All four projection biases, 1024 wide",
+       "The same attention with q, k, v and o biases: only the key bias is redundant; the value bias folds into the output bias.",
+       R"({"version": 1, "seed": 42, "dtype": "float32",
+ "shape": {"batch": 1, "tokens": 16, "features": 1024},
+ "layers": [
+   {"type": "attention", "num_heads": 32}]})"},
+      {"article4-layernorm-linear", "LayerNorm then Linear",
+       "The fourth article's check (batch 20, length 5, dim 10, out 128): LayerNorm(gamma, beta) then Linear(W, b) equals a plain LayerNorm then Linear(W diag(gamma), W beta + b).",
+       R"({"version": 1, "seed": 0, "dtype": "float32",
+ "shape": {"batch": 20, "tokens": 5, "features": 10},
+ "layers": [
+   {"type": "layernorm"},
+   {"type": "linear", "out_features": 128}]})"},
+      {"article1-qk-softmax", "Q/K projections into softmax",
+       "The first article's first case: the key bias adds the same amount to every score of a row and cancels in softmax; the query bias does not.",
+       R"({"version": 1, "seed": 1, "dtype": "float64",
+ "shape": {"batch": 2, "tokens": 8, "features": 32},
+ "layers": [
+   {"type": "attention", "num_heads": 1, "q_bias": true, "k_bias": true, "v_bias": false, "o_bias": false}]})"},
+      {"article1-linear-batchnorm", "Linear then BatchNorm",
+       "The first article's second case: BatchNorm in training mode subtracts every feature's batch mean, so the Linear bias before it is redundant in all directions.",
+       R"({"version": 1, "seed": 1, "dtype": "float64",
+ "shape": {"batch": 4, "tokens": 8, "features": 32},
+ "layers": [
+   {"type": "linear"},
+   {"type": "batchnorm"}]})"},
+      {"article1-linear-layernorm", "Linear then LayerNorm",
+       "The first article's third case, made precise: LayerNorm cancels only the mean of the Linear bias, one direction out of n.",
+       R"({"version": 1, "seed": 1, "dtype": "float64",
+ "shape": {"batch": 2, "tokens": 8, "features": 32},
+ "layers": [
+   {"type": "linear"},
+   {"type": "layernorm"}]})"},
+      {"prenorm-transformer", "Pre-norm transformer layer",
+       "x + Attn(LN(x)), then x + FFN(LN(x)): the key bias is redundant, every other bias is effective, and both LayerNorms fold into the projections after them.",
+       R"({"version": 1, "seed": 3, "dtype": "float64",
+ "shape": {"batch": 2, "tokens": 16, "features": 64},
+ "layers": [
+   {"type": "residual", "body": [
+      {"type": "layernorm"},
+      {"type": "attention", "num_heads": 4}]},
+   {"type": "residual", "body": [
+      {"type": "layernorm"},
+      {"type": "linear", "out_features": 256},
+      {"type": "gelu"},
+      {"type": "linear", "out_features": 64}]}]})"},
+      {"postnorm-transformer", "Post-norm transformer layer",
+       "LN(x + Attn(x)), then LN(x + FFN(x)): the key bias is redundant, and only one direction each of the value bias, the output bias and the second FFN bias cancels in the LayerNorm.",
+       R"({"version": 1, "seed": 3, "dtype": "float64",
+ "shape": {"batch": 2, "tokens": 16, "features": 64},
+ "layers": [
+   {"type": "residual", "body": [
+      {"type": "attention", "num_heads": 4}]},
+   {"type": "layernorm"},
+   {"type": "residual", "body": [
+      {"type": "linear", "out_features": 256},
+      {"type": "gelu"},
+      {"type": "linear", "out_features": 64}]},
+   {"type": "layernorm"}]})"},
+      {"prenorm-transformer-rope", "Pre-norm layer with RoPE",
+       "The pre-norm layer with rotary position embeddings: the rotated key bias differs per key position, so it is no longer redundant, and attention is no longer permutation invariant.",
+       R"({"version": 1, "seed": 3, "dtype": "float64",
+ "shape": {"batch": 2, "tokens": 16, "features": 64},
+ "layers": [
+   {"type": "residual", "body": [
+      {"type": "layernorm"},
+      {"type": "attention", "num_heads": 4, "rope": true}]},
+   {"type": "residual", "body": [
+      {"type": "layernorm"},
+      {"type": "linear", "out_features": 256},
+      {"type": "gelu"},
+      {"type": "linear", "out_features": 64}]}]})"},
+      {"causal-decoder-layer", "Causal pre-norm layer with RMSNorm",
+       "A decoder layer with a causal mask and RMSNorm: the key bias is still redundant (masked scores stay masked), and RMSNorm, which does not centre, cancels no bias direction.",
+       R"({"version": 1, "seed": 5, "dtype": "float64",
+ "shape": {"batch": 2, "tokens": 16, "features": 64},
+ "layers": [
+   {"type": "residual", "body": [
+      {"type": "rmsnorm"},
+      {"type": "attention", "num_heads": 4, "causal": true}]},
+   {"type": "residual", "body": [
+      {"type": "rmsnorm"},
+      {"type": "linear", "out_features": 128},
+      {"type": "relu"},
+      {"type": "linear", "out_features": 64}]}]})"},
+      {"norm-zoo", "A bias before every norm",
+       "One Linear bias in front of each normalisation: BatchNorm (train) and InstanceNorm cancel all of it, GroupNorm one direction per group, LayerNorm and softmax one, RMSNorm and BatchNorm (eval) none.",
+       R"({"version": 1, "seed": 11, "dtype": "float64",
+ "shape": {"batch": 4, "tokens": 8, "features": 32},
+ "layers": [
+   {"type": "linear"}, {"type": "batchnorm"}, {"type": "relu"},
+   {"type": "linear"}, {"type": "instancenorm", "affine": true}, {"type": "relu"},
+   {"type": "linear"}, {"type": "groupnorm", "num_groups": 4}, {"type": "relu"},
+   {"type": "linear"}, {"type": "layernorm"}, {"type": "relu"},
+   {"type": "linear"}, {"type": "rmsnorm"}, {"type": "relu"},
+   {"type": "linear"}, {"type": "batchnorm", "mode": "eval"}, {"type": "relu"},
+   {"type": "linear"}, {"type": "softmax"}]})"},
+      {"few-tokens-trap", "One short sequence: the trap",
+       "With one sequence of 4 tokens and 128 features in 2 heads, a single input shows 122 spurious null directions of the query bias; stacking inputs finds the true answer, 0.",
+       R"({"version": 1, "seed": 2, "dtype": "float64",
+ "shape": {"batch": 1, "tokens": 4, "features": 128},
+ "layers": [
+   {"type": "attention", "num_heads": 2, "v_bias": false, "o_bias": false}]})"},
+  };
+  return all;
+}
+
+const Preset* find_preset(const std::string& name) {
+  for (const auto& p : presets())
+    if (p.name == name) return &p;
+  return nullptr;
+}
+
+}  // namespace biaslab
