@@ -40,6 +40,11 @@ struct UnionFind {
   }
 };
 
+struct SparseCol {
+  std::vector<int> rows;
+  std::vector<double> vals;
+};
+
 struct Cluster {
   std::vector<int> cols;  // bias coordinates, ascending
   ColMat R;               // (<= cols.size(), cols.size()): R^T R = stacked J^T J on these columns
@@ -85,7 +90,8 @@ Structure StructureSolver::solve(int param, const std::function<bool()>& cancell
   UnionFind uf(n);
   std::map<int, Cluster> clusters;  // by union-find root
   double ref_sq = 0;
-  ColMat J;
+  std::vector<SparseCol> cols;
+  std::vector<int> owner, rowpos, pos(n, -1);
   double tau = 0;
   for (int k = 0; k < opt_.max_samples; ++k) {
     const Trace& tr = pool_.get(k);
@@ -102,39 +108,48 @@ Structure StructureSolver::solve(int param, const std::function<bool()>& cancell
     const int w = static_cast<int>(dref.cols());
     const Eigen::Index rows = Eigen::Index(N) * w;
 
-    // The Jacobian on this input, column a = output tangent of the broadcast direction e_a.
-    J.resize(rows, n);
+    // The Jacobian on this input, column a = output tangent of the broadcast direction e_a,
+    // kept as its non-zero entries (a direction inside attention touches one head only).
     const long per_dir = std::max<long>(1, long(N) * std::max(w, n));
     const int chunk = static_cast<int>(std::max<long>(1, std::min<long>(n, opt_.chunk_elements / per_dir)));
+    for (auto& cl : cols) {
+      cl.rows.clear();
+      cl.vals.clear();
+    }
+    cols.resize(n);
     for (int a0 = 0; a0 < n; a0 += chunk) {
       if (cancelled && cancelled()) return out;
       const int c = std::min(chunk, n - a0);
       Seed s{param, Mat::Zero(Eigen::Index(c) * N, n)};
       for (int a = 0; a < c; ++a) s.values.block(Eigen::Index(a) * N, a0 + a, N, 1).setOnes();
       const Mat d = jvp(m_, tr, s, c, cut);
-      for (int a = 0; a < c; ++a)
-        J.col(a0 + a) = Eigen::Map<const Vec>(d.data() + Eigen::Index(a) * rows, rows);
+      for (int a = 0; a < c; ++a) {
+        const double* v = d.data() + Eigen::Index(a) * rows;
+        SparseCol& sc = cols[a0 + a];
+        for (Eigen::Index r = 0; r < rows; ++r)
+          if (v[r] != 0.0) {
+            sc.rows.push_back(static_cast<int>(r));
+            sc.vals.push_back(v[r]);
+          }
+      }
     }
 
     // Columns that share a non-zero output entry belong together.
-    std::vector<int> owner(static_cast<size_t>(rows), -1);
-    for (int a = 0; a < n; ++a) {
-      const double* col = J.col(a).data();
-      for (Eigen::Index r = 0; r < rows; ++r)
-        if (col[r] != 0.0) {
-          if (owner[r] < 0) owner[r] = a;
-          else uf.unite(a, owner[r]);
-        }
-    }
+    owner.assign(static_cast<size_t>(rows), -1);
+    for (int a = 0; a < n; ++a)
+      for (int r : cols[a].rows) {
+        if (owner[r] < 0) owner[r] = a;
+        else uf.unite(a, owner[r]);
+      }
     std::map<int, std::vector<int>> group_cols, group_rows;
     for (int a = 0; a < n; ++a) group_cols[uf.find(a)].push_back(a);
     for (Eigen::Index r = 0; r < rows; ++r)
       if (owner[r] >= 0) group_rows[uf.find(owner[r])].push_back(static_cast<int>(r));
+    rowpos.assign(static_cast<size_t>(rows), -1);
 
     std::map<int, Cluster> next;
-    for (auto& [root, cols] : group_cols) {
-      std::vector<int> pos(n, -1);
-      for (size_t i = 0; i < cols.size(); ++i) pos[cols[i]] = static_cast<int>(i);
+    for (auto& [root, gcols] : group_cols) {
+      for (size_t i = 0; i < gcols.size(); ++i) pos[gcols[i]] = static_cast<int>(i);
       std::vector<const Cluster*> olds;
       Eigen::Index old_rows = 0;
       for (const auto& [oroot, oc] : clusters)
@@ -143,7 +158,7 @@ Structure StructureSolver::solve(int param, const std::function<bool()>& cancell
           old_rows += oc.R.rows();
         }
       const std::vector<int>& rws = group_rows[root];
-      const Eigen::Index ncol = static_cast<Eigen::Index>(cols.size());
+      const Eigen::Index ncol = static_cast<Eigen::Index>(gcols.size());
       ColMat M = ColMat::Zero(old_rows + static_cast<Eigen::Index>(rws.size()), ncol);
       Eigen::Index at = 0;
       for (const Cluster* oc : olds) {
@@ -151,10 +166,13 @@ Structure StructureSolver::solve(int param, const std::function<bool()>& cancell
           M.block(at, pos[oc->cols[j]], oc->R.rows(), 1) = oc->R.col(static_cast<Eigen::Index>(j));
         at += oc->R.rows();
       }
-      for (size_t i = 0; i < rws.size(); ++i)
-        for (Eigen::Index j = 0; j < ncol; ++j) M(at + static_cast<Eigen::Index>(i), j) = J(rws[i], cols[j]);
+      for (size_t i = 0; i < rws.size(); ++i) rowpos[rws[i]] = static_cast<int>(i);
+      for (Eigen::Index j = 0; j < ncol; ++j) {
+        const SparseCol& sc = cols[gcols[j]];
+        for (size_t e = 0; e < sc.rows.size(); ++e) M(at + rowpos[sc.rows[e]], j) = sc.vals[e];
+      }
       Cluster cl;
-      cl.cols = cols;
+      cl.cols = gcols;
       if (M.rows() == 0) {
         cl.R = ColMat(0, ncol);
       } else {

@@ -36,7 +36,7 @@ struct StructureOptions {
   double tol_rel = 1e-8;    // a singular value below tol_rel * reference scale is null
   int patience = 2;         // stop after this many inputs that add no rank
   int max_samples = 64;
-  long chunk_elements = 1L << 22;  // tangent batch size in doubles (32 MiB)
+  long chunk_elements = 1L << 20;  // tangent batch size in doubles (8 MiB)
 };
 
 struct Structure {

@@ -1,0 +1,19 @@
+// Human-readable renderings of a report: a terminal table and GitHub-flavoured Markdown.
+#pragma once
+
+#include <string>
+
+#include <nlohmann/json.hpp>
+
+namespace biaslab {
+
+enum class TextFormat { table, markdown };
+
+// Renders every section present in the report (biases, folds, minimal model, invariances).
+// An error report ({ok:false}) renders as one line naming the path.
+std::string format_report(const nlohmann::json& report, TextFormat format);
+
+// A number the way the tables print it: 3 significant digits, scientific when small or large.
+std::string format_number(double v);
+
+}  // namespace biaslab
