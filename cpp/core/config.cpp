@@ -29,11 +29,16 @@ enum class Kind { boolean, integer, number, enumeration, layers };
 
 const char* kind_name(Kind k) {
   switch (k) {
-    case Kind::boolean: return "bool";
-    case Kind::integer: return "int";
-    case Kind::number: return "number";
-    case Kind::enumeration: return "enum";
-    case Kind::layers: return "layers";
+    case Kind::boolean:
+      return "bool";
+    case Kind::integer:
+      return "int";
+    case Kind::number:
+      return "number";
+    case Kind::enumeration:
+      return "enum";
+    case Kind::layers:
+      return "layers";
   }
   return "unknown";
 }
@@ -101,10 +106,9 @@ constexpr TypeInfo kTypes[] = {
     {LayerType::residual, "residual", "Residual block computing x + body(x)."},
 };
 
-using LayerBinding =
-    std::variant<bool LayerConfig::*, int LayerConfig::*, double LayerConfig::*,
-                 BatchNormMode LayerConfig::*, GeluApprox LayerConfig::*,
-                 std::vector<LayerConfig> LayerConfig::*>;
+using LayerBinding = std::variant<bool LayerConfig::*, int LayerConfig::*, double LayerConfig::*,
+                                  BatchNormMode LayerConfig::*, GeluApprox LayerConfig::*,
+                                  std::vector<LayerConfig> LayerConfig::*>;
 
 struct LayerOption {
   LayerType type;
@@ -164,14 +168,17 @@ constexpr LayerOption kLayerOptions[] = {
     {LT::attention, flag("k_bias", true, "Adds a bias to the key projection."), &LC::k_bias},
     {LT::attention, flag("v_bias", true, "Adds a bias to the value projection."), &LC::v_bias},
     {LT::attention, flag("o_bias", true, "Adds a bias to the output projection."), &LC::o_bias},
-    {LT::attention, flag("causal", false, "Lets each token attend only to itself and earlier tokens."),
+    {LT::attention,
+     flag("causal", false, "Lets each token attend only to itself and earlier tokens."),
      &LC::causal},
     {LT::attention,
-     flag("rope", false, "Rotates queries and keys by position (RoPE); needs an even head dimension."),
+     flag("rope", false,
+          "Rotates queries and keys by position (RoPE); needs an even head dimension."),
      &LC::rope},
 
     {LT::gelu,
-     choice("approximate", kGeluApprox, 0, "none uses the exact erf form, tanh the tanh approximation."),
+     choice("approximate", kGeluApprox, 0,
+            "none uses the exact erf form, tanh the tanh approximation."),
      &LC::approximate},
 
     {LT::residual, layer_list("body", "The layers of the branch; the block computes x + body(x)."),
@@ -179,10 +186,9 @@ constexpr LayerOption kLayerOptions[] = {
 };
 
 // The top-level fields. A dotted name lives in a nested object ("shape.batch").
-using TopBinding =
-    std::variant<int ExperimentConfig::*, std::uint64_t ExperimentConfig::*,
-                 DType ExperimentConfig::*, std::vector<LayerConfig> ExperimentConfig::*,
-                 int Shape::*>;
+using TopBinding = std::variant<int ExperimentConfig::*, std::uint64_t ExperimentConfig::*,
+                                DType ExperimentConfig::*,
+                                std::vector<LayerConfig> ExperimentConfig::*, int Shape::*>;
 
 struct TopField {
   Spec spec;
@@ -281,10 +287,22 @@ int enum_count(const char* const* values) {
 }
 
 // Access to a bound member.
-template <class T> T& ref(LayerConfig& l, T LayerConfig::*m) { return l.*m; }
-template <class T> const T& ref(const LayerConfig& l, T LayerConfig::*m) { return l.*m; }
-template <class T> T& ref(ExperimentConfig& c, T ExperimentConfig::*m) { return c.*m; }
-template <class T> const T& ref(const ExperimentConfig& c, T ExperimentConfig::*m) { return c.*m; }
+template <class T>
+T& ref(LayerConfig& l, T LayerConfig::*m) {
+  return l.*m;
+}
+template <class T>
+const T& ref(const LayerConfig& l, T LayerConfig::*m) {
+  return l.*m;
+}
+template <class T>
+T& ref(ExperimentConfig& c, T ExperimentConfig::*m) {
+  return c.*m;
+}
+template <class T>
+const T& ref(const ExperimentConfig& c, T ExperimentConfig::*m) {
+  return c.*m;
+}
 int& ref(ExperimentConfig& c, int Shape::*m) { return c.shape.*m; }
 const int& ref(const ExperimentConfig& c, int Shape::*m) { return c.shape.*m; }
 
@@ -357,14 +375,20 @@ std::string describe(const J& v) {
   return "an unsupported value";
 }
 
-std::string num(double d) { return json(d).dump(); }
+std::string num(double d) {
+  if (d == std::floor(d) && std::fabs(d) < 1e15) return std::to_string(static_cast<long long>(d));
+  return json(d).dump();
+}
 std::string num(long long v) { return std::to_string(v); }
 
 Error range_error(const std::string& path, const Spec& s, const std::string& shown, bool above) {
-  if (s.min == s.max) return {path, "must be " + num(static_cast<long long>(s.min)) + ", got " + shown};
-  if (!above) return {path, "must be at least " + num(static_cast<long long>(s.min)) + ", got " + shown};
+  if (s.min == s.max)
+    return {path, "must be " + num(static_cast<long long>(s.min)) + ", got " + shown};
+  if (!above)
+    return {path, "must be at least " + num(static_cast<long long>(s.min)) + ", got " + shown};
   if (s.unit)
-    return {path, shown + " exceeds the limit of " + num(static_cast<long long>(s.max)) + " " + s.unit};
+    return {path,
+            shown + " exceeds the limit of " + num(static_cast<long long>(s.max)) + " " + s.unit};
   return {path, "must be at most " + num(static_cast<long long>(s.max)) + ", got " + shown};
 }
 
@@ -386,8 +410,9 @@ Failure read_integer(const J& v, const Spec& s, const std::string& path, long lo
     if (std::fabs(d) >= kBig) return range_error(path, s, describe(v), d > 0);
     out = static_cast<long long>(d);
   }
-  if (static_cast<double>(out) < s.min) return range_error(path, s, describe(v), false);
-  if (static_cast<double>(out) > s.max) return range_error(path, s, describe(v), true);
+  // Compare as integers: 2^53 + 1 would round to the limit as a double.
+  if (out < static_cast<long long>(s.min)) return range_error(path, s, describe(v), false);
+  if (out > static_cast<long long>(s.max)) return range_error(path, s, describe(v), true);
   return std::nullopt;
 }
 
@@ -463,8 +488,8 @@ Failure parse_layer(LayerConfig& out, const J& v, const std::string& path, int d
   if (type_it == v.end())
     return Error{path + ".type", "is missing; every layer needs a type, one of " + known_types()};
   if (!type_it->is_string())
-    return Error{path + ".type",
-                 "must be a layer type name, one of " + known_types() + ", got " + describe(*type_it)};
+    return Error{path + ".type", "must be a layer type name, one of " + known_types() + ", got " +
+                                     describe(*type_it)};
   const TypeInfo* type = find_type(type_it->template get_ref<const std::string&>());
   if (!type)
     return Error{path + ".type", "unknown layer type " + describe(*type_it) +
@@ -477,19 +502,23 @@ Failure parse_layer(LayerConfig& out, const J& v, const std::string& path, int d
     const LayerOption* opt = find_option(type->type, key);
     if (!opt) {
       const auto names = option_names(type->type);
-      return Error{key_path, "unknown option " + quote(key) + " for " + type->name + "; " +
-                                 (names.empty() ? std::string(type->name) + " takes no options"
-                                                : std::string(type->name) + " has " + join(names))};
+      return Error{key_path,
+                   "unknown option " + quote(key) + " for " + type->name + "; " +
+                       (names.empty() ? std::string(type->name) + " takes no options"
+                                      : std::string(type->name) + " takes " + join(names))};
     }
     Failure e = std::visit(
-        [&](auto m) { return parse_value(ref(out, m), item.value(), opt->spec, key_path, depth + 1); },
+        [&](auto m) {
+          return parse_value(ref(out, m), item.value(), opt->spec, key_path, depth + 1);
+        },
         opt->member);
     if (e) return e;
   }
   for (const auto& opt : kLayerOptions) {
     if (opt.type == type->type && opt.spec.kind == Kind::layers && v.find(opt.spec.name) == v.end())
       return Error{path + "." + opt.spec.name, std::string("is missing; a ") + type->name +
-                                                   " needs at least one layer in " + opt.spec.name};
+                                                   " needs a " + opt.spec.name +
+                                                   " of at least one layer"};
   }
   return std::nullopt;
 }
@@ -498,8 +527,9 @@ template <class J>
 Failure parse_layers(std::vector<LayerConfig>& out, const J& v, const Spec& s,
                      const std::string& path, int depth) {
   if (depth > Limits::max_depth)
-    return Error{path, "residual nesting depth " + std::to_string(depth) + " exceeds the limit of " +
-                           std::to_string(Limits::max_depth) + " levels"};
+    return Error{path, "residual nesting depth " + std::to_string(depth) +
+                           " exceeds the limit of " + std::to_string(Limits::max_depth) +
+                           " levels"};
   if (!v.is_array()) return Error{path, "must be an array of layers, got " + describe(v)};
   if (v.size() < static_cast<std::size_t>(s.min))
     return Error{path, "must list at least one layer, got an empty array"};
@@ -530,10 +560,10 @@ Failure parse_top_object(ExperimentConfig& c, const J& obj, const std::string& p
     }
     const TopField* f = find_top_field(path);
     if (!f)
-      return Error{path, "unknown field " + quote(key) + "; " +
-                             (prefix.empty() ? std::string("the top-level fields are ")
-                                             : prefix + " has ") +
-                             join(top_keys(prefix))};
+      return Error{
+          path, "unknown field " + quote(key) + "; " +
+                    (prefix.empty() ? std::string("the top-level fields are ") : prefix + " has ") +
+                    join(top_keys(prefix))};
     Failure e = std::visit(
         [&](auto m) { return parse_value(ref(c, m), item.value(), f->spec, path, 0); }, f->member);
     if (e) return e;
@@ -546,6 +576,7 @@ Failure parse_top_object(ExperimentConfig& c, const J& obj, const std::string& p
 // ---------------------------------------------------------------------------------------------
 
 struct Walk {
+  const Shape& shape;
   long long rows = 0;        // batch * tokens
   long long layers = 0;      // counted through residual bodies
   long long parameters = 0;  // learned weights and biases
@@ -555,10 +586,10 @@ Failure check_activations(const Walk& w, long long width, const std::string& pat
                           const std::string& what) {
   const long long activations = w.rows * width;
   if (activations > Limits::max_activations)
-    return Error{path, "batch * tokens * " + what + " = " + std::to_string(w.rows) + " * " +
-                           std::to_string(width) + " = " + std::to_string(activations) +
-                           " exceeds the limit of " + std::to_string(Limits::max_activations) +
-                           " activations"};
+    return Error{path, "batch * tokens * " + what + " = " + std::to_string(w.shape.batch) + " * " +
+                           std::to_string(w.shape.tokens) + " * " + std::to_string(width) + " = " +
+                           std::to_string(activations) + " exceeds the limit of " +
+                           std::to_string(Limits::max_activations) + " activations"};
   return std::nullopt;
 }
 
@@ -635,7 +666,7 @@ Failure check_stack(const std::vector<LayerConfig>& layers, const std::string& p
 }
 
 Failure check_semantics(const ExperimentConfig& c) {
-  Walk w;
+  Walk w{c.shape};
   w.rows = static_cast<long long>(c.shape.batch) * c.shape.tokens;
   if (w.rows > Limits::max_tokens_total)
     return Error{"shape", "batch * tokens = " + std::to_string(c.shape.batch) + " * " +
@@ -659,7 +690,7 @@ Result<ExperimentConfig> parse_document(const J& j) {
       if (f.spec.kind != Kind::layers) continue;
       const std::string name = f.spec.name;  // required lists are top-level names
       if (j.find(name) == j.end())
-        return Error{name, "is missing; a config needs at least one layer in " + name};
+        return Error{name, "is missing; a config needs at least one layer"};
     }
     if (auto e = check_semantics(c)) return *e;
     return c;
@@ -676,7 +707,9 @@ json spec_json(const Spec& s, const std::string& name) {
   o["name"] = name;
   o["type"] = kind_name(s.kind);
   switch (s.kind) {
-    case Kind::boolean: o["default"] = s.def != 0; break;
+    case Kind::boolean:
+      o["default"] = s.def != 0;
+      break;
     case Kind::integer:
       o["default"] = static_cast<long long>(s.def);
       o["min"] = static_cast<long long>(s.min);
