@@ -19,6 +19,7 @@
 #include "core/config.hpp"
 #include "core/format.hpp"
 #include "core/presets.hpp"
+#include "native_setup.hpp"
 
 namespace {
 
@@ -143,6 +144,7 @@ int cmd_analyze(const std::vector<std::string>& args) {
 }  // namespace
 
 int main(int argc, char** argv) {
+  biaslab::tune_native_allocator();
   std::vector<std::string> args(argv + 1, argv + argc);
   if (args.empty() || args[0] == "--help" || args[0] == "-h" || args[0] == "help") {
     std::cout << kUsage;

@@ -524,14 +524,25 @@ json analyze(const ExperimentConfig& cfg, const AnalyzeOptions& opt) {
         {"method", cfg.dtype == DType::float32
                        ? "max |float32 - float64| of the same forward, measured per comparison; floor = 2 (r1 + r2)"
                        : "max |float32 - float64| of the same forward scaled by 2^-29 (float64/float32 unit roundoff), measured per comparison; floor = 2 (r1 + r2)"}};
+    json timing = json::object();
+    double mark = ms();
+    auto lap = [&](const char* what) {
+      const double now = ms();
+      timing[what] = now - mark;
+      mark = now;
+    };
+    lap("setup");
     json biases = analyse_biases(c);
-    const double t_struct = ms();
+    lap("biases");
     json folds = opt.folds ? analyse_folds(c, biases) : json::array();
     report["biases"] = biases;
     report["folds"] = folds;
     if (opt.folds) report["minimal_model"] = minimal_model(c);
+    lap("folds");
     if (opt.invariances) report["invariances"] = analyse_invariances(c);
+    lap("invariances");
     if (opt.sweep) report["sweep"] = analyse_sweep(c);
+    lap("sweep");
     int structural_inputs = 0;
     for (const auto& s : c.structures) structural_inputs = std::max(structural_inputs, s.samples);
     report["structural"] = {{"precision", "float64"},
@@ -551,7 +562,10 @@ json analyze(const ExperimentConfig& cfg, const AnalyzeOptions& opt) {
     report["summary"] = {{"parameters", n_params}, {"biases", biases.size()},   {"redundant", red},
                          {"partly_redundant", part}, {"effective", eff},        {"folds", folds.size()},
                          {"exact_folds", exact}};
-    report["timing_ms"] = {{"structure", t_struct}, {"total", ms()}};
+    timing["total"] = ms();
+    report["timing_ms"] = timing;
+    report["work"] = {{"forward_passes", 2 * c.ev->runs() + c.pool->made()},
+                      {"forward_flops", forward_flops(c.model)}};
     if (opt.progress) opt.progress("done", 1.0);
     return report;
   } catch (const Cancelled&) {

@@ -111,45 +111,44 @@ Mat attention_jvp(const Model& m, const Op& op, const Mat& x, const AttentionCac
                   const Mat* dx, const Seed& seed, int n) {
   const int N = static_cast<int>(x.rows()), F = op.in, H = op.heads, d = F / H;
   const int B = m.batch, T = N / B;
-  auto project = [&](int w, int b) {
-    Mat out = dx ? Mat((*dx) * m.params[w].value.transpose()) : Mat::Zero(Eigen::Index(n) * N, F);
-    if (b >= 0 && b == seed.param) out += seed.values;
+  // Projections of the input tangent plus any seed; nullopt when exactly zero (not allocated).
+  auto project = [&](int w, int b) -> std::optional<Mat> {
+    const bool seeded = b >= 0 && b == seed.param;
+    if (!dx && !seeded) return std::nullopt;
+    Mat out = dx ? Mat((*dx) * m.params[w].value.transpose()) : seed.values;
+    if (dx && seeded) out += seed.values;
     return out;
   };
-  Mat dq = project(op.wq, op.bq), dk = project(op.wk, op.bk), dv = project(op.wv, op.bv);
+  std::optional<Mat> dq = project(op.wq, op.bq), dk = project(op.wk, op.bk), dv = project(op.wv, op.bv);
   if (op.rope) {
-    rope_rotate(dq, n * B, T, H);
-    rope_rotate(dk, n * B, T, H);
+    if (dq) rope_rotate(*dq, n * B, T, H);
+    if (dk) rope_rotate(*dk, n * B, T, H);
   }
   const double scale = 1.0 / std::sqrt(static_cast<double>(d));
-  Mat out = Mat::Zero(dq.rows(), F);
+  Mat out = Mat::Zero(Eigen::Index(n) * N, F);
   Mat ds(T, T), dp(T, T);
+  auto zero_block = [&](const std::optional<Mat>& z, Eigen::Index row, int h) {
+    return !z || (z->block(row, h * d, T, d).array() == 0).all();
+  };
   for (int a = 0; a < n; ++a)
     for (int b = 0; b < B; ++b) {
       const Eigen::Index row = Eigen::Index(a) * N + Eigen::Index(b) * T;
       for (int h = 0; h < H; ++h) {
-        auto dqb = dq.block(row, h * d, T, d);
-        auto dkb = dk.block(row, h * d, T, d);
-        auto dvb = dv.block(row, h * d, T, d);
-        const bool q0 = (dqb.array() == 0).all(), k0 = (dkb.array() == 0).all(),
-                   v0 = (dvb.array() == 0).all();
+        const bool q0 = zero_block(dq, row, h), k0 = zero_block(dk, row, h), v0 = zero_block(dv, row, h);
         if (q0 && k0 && v0) continue;
         const Mat& P = c.probs[b * H + h];
-        auto qb = c.q.block(b * T, h * d, T, d);
-        auto kb = c.k.block(b * T, h * d, T, d);
-        auto vb = c.v.block(b * T, h * d, T, d);
         auto ob = out.block(row, h * d, T, d);
         if (!q0 || !k0) {
           ds.setZero();
-          if (!q0) ds.noalias() += dqb * kb.transpose();
-          if (!k0) ds.noalias() += qb * dkb.transpose();
+          if (!q0) ds.noalias() += dq->block(row, h * d, T, d) * c.k.block(b * T, h * d, T, d).transpose();
+          if (!k0) ds.noalias() += c.q.block(b * T, h * d, T, d) * dk->block(row, h * d, T, d).transpose();
           ds *= scale;
           dp = P.cwiseProduct(ds);
           const Vec rows = dp.rowwise().sum();
           dp -= P.cwiseProduct(rows.replicate(1, T));
-          ob.noalias() += dp * vb;
+          ob.noalias() += dp * c.v.block(b * T, h * d, T, d);
         }
-        if (!v0) ob.noalias() += P * dvb;
+        if (!v0) ob.noalias() += P * dv->block(row, h * d, T, d);
       }
     }
   return out;

@@ -45,6 +45,7 @@ Eval Evaluator::run(int param, const Mat* value) const {
     of = {param, &vf};
     od = {param, &vd};
   }
+  ++runs_;
   const MatT<float> y32 = forward<float>(m_, wf_, xf_, of);
   const Mat y64 = forward<double>(m_, wd_, xd_, od);
   return combine_eval(m_.dtype, y32, y64);

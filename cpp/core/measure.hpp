@@ -39,6 +39,8 @@ class Evaluator {
   const Mat& input() const { return x_; }
   const Weights<float>& weights32() const { return wf_; }
   const Weights<double>& weights64() const { return wd_; }
+  // Forward passes made so far (each run is one float32 and one float64 pass).
+  long runs() const { return runs_; }
 
  private:
   const Model& m_;
@@ -48,6 +50,7 @@ class Evaluator {
   MatT<float> xf_;
   Mat xd_;
   Eval base_;
+  mutable long runs_ = 0;
 };
 
 // Combines one computation done in float32 and in float64 into an Eval for `dtype`.

@@ -104,6 +104,9 @@ struct Model {
 
 Model compile(const Network& net);
 
+// Multiply-add count of one forward pass, times 2 (FLOPs), for throughput figures.
+double forward_flops(const Model& m);
+
 // The input the config describes: (B*T, F) drawn from the seed; `stream` selects independent
 // inputs (0 is the experiment's own input; structural checks use 1, 2, ...).
 Mat draw_input(const ExperimentConfig& config, int stream);

@@ -290,6 +290,18 @@ Model compile(const Network& net) {
   return m;
 }
 
+double forward_flops(const Model& m) {
+  const double N = double(m.batch) * m.tokens, T = m.tokens;
+  double f = 0;
+  for (const Op& op : m.ops) {
+    if (op.kind == OpKind::linear) f += 2 * N * op.in * op.out;
+    if (op.kind == OpKind::attention) f += 3 * 2 * N * op.in * op.in + 2 * 2 * N * T * op.in;
+    if (op.kind == OpKind::norm || op.kind == OpKind::activation || op.kind == OpKind::softmax)
+      f += 5 * N * op.in;
+  }
+  return f;
+}
+
 Mat draw_input(const ExperimentConfig& config, int stream) {
   const int n = config.shape.batch * config.shape.tokens;
   Rng rng(config.seed, "input." + std::to_string(stream));

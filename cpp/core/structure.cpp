@@ -193,7 +193,9 @@ Structure StructureSolver::solve(int param, const std::function<bool()>& cancell
     out.rank_history.push_back(rank);
     out.samples = k + 1;
     if (rank == n) break;
-    if (k >= opt_.patience && out.rank_history[k] == out.rank_history[k - opt_.patience]) break;
+    if (k + 1 >= opt_.min_samples && k >= opt_.patience &&
+        out.rank_history[k] == out.rank_history[k - opt_.patience])
+      break;
   }
 
   // Null space per cluster, embedded in the full coordinate space.

@@ -34,7 +34,10 @@ class TracePool {
 
 struct StructureOptions {
   double tol_rel = 1e-8;    // a singular value below tol_rel * reference scale is null
-  int patience = 2;         // stop after this many inputs that add no rank
+  // Stop once an input adds no rank (with generic random inputs a further input that could
+  // add rank does so with probability 1), after at least min_samples inputs.
+  int patience = 1;
+  int min_samples = 2;
   int max_samples = 64;
   long chunk_elements = 1L << 20;  // tangent batch size in doubles (8 MiB)
 };
