@@ -204,18 +204,16 @@ MatT<S> op_forward(const Model& m, const Op& op, const Weights<S>& w, const MatT
   return x;
 }
 
+namespace {
+
+// Runs ops [start, end) on h with the residual stack `skips`.
 template <class S>
-MatT<S> forward(const Model& m, const Weights<S>& w, const MatT<S>& x, Override<S> ov,
-                Trace* trace) {
-  if (trace) {
-    trace->inputs.assign(m.ops.size(), Mat());
-    trace->attention.assign(m.ops.size(), AttentionCache());
-  }
-  MatT<S> h = x;
-  std::vector<MatT<S>> skips;  // residual stack
-  for (size_t i = 0; i < m.ops.size(); ++i) {
+MatT<S> run_ops(const Model& m, const Weights<S>& w, MatT<S> h, std::vector<MatT<S>> skips, int start,
+                Override<S> ov, Trace* trace, OpInputs<S>* record) {
+  for (size_t i = start; i < m.ops.size(); ++i) {
     const Op& op = m.ops[i];
     if (trace) trace->inputs[i] = h.template cast<double>();
+    if (record) (*record)[i] = h;
     switch (op.kind) {
       case OpKind::residual_begin:
         skips.push_back(h);
@@ -231,9 +229,42 @@ MatT<S> forward(const Model& m, const Weights<S>& w, const MatT<S>& x, Override<
   return h;
 }
 
+}  // namespace
+
+template <class S>
+MatT<S> forward(const Model& m, const Weights<S>& w, const MatT<S>& x, Override<S> ov, Trace* trace) {
+  if (trace) {
+    trace->inputs.assign(m.ops.size(), Mat());
+    trace->attention.assign(m.ops.size(), AttentionCache());
+  }
+  return run_ops<S>(m, w, x, {}, 0, ov, trace, nullptr);
+}
+
+template <class S>
+MatT<S> forward_recording(const Model& m, const Weights<S>& w, const MatT<S>& x, OpInputs<S>& record) {
+  record.assign(m.ops.size() + 1, MatT<S>());
+  MatT<S> y = run_ops<S>(m, w, x, {}, 0, {}, nullptr, &record);
+  record.back() = y;
+  return y;
+}
+
+template <class S>
+MatT<S> forward_from(const Model& m, const Weights<S>& w, const OpInputs<S>& recorded, int start,
+                     Override<S> ov) {
+  // The skips still open at `start`: the inputs of residual begins before it whose end is not.
+  std::vector<MatT<S>> skips;
+  for (int i = 0; i < start; ++i)
+    if (m.ops[i].kind == OpKind::residual_begin && m.ops[i].partner >= start) skips.push_back(recorded[i]);
+  return run_ops<S>(m, w, recorded[start], std::move(skips), start, ov, nullptr, nullptr);
+}
+
 #define BIASLAB_INSTANTIATE(S)                                                                 \
   template MatT<S> forward<S>(const Model&, const Weights<S>&, const MatT<S>&, Override<S>,     \
                               Trace*);                                                          \
+  template MatT<S> forward_recording<S>(const Model&, const Weights<S>&, const MatT<S>&,        \
+                                        OpInputs<S>&);                                          \
+  template MatT<S> forward_from<S>(const Model&, const Weights<S>&, const OpInputs<S>&, int,    \
+                                   Override<S>);                                                \
   template MatT<S> op_forward<S>(const Model&, const Op&, const Weights<S>&, const MatT<S>&,    \
                                  Override<S>, AttentionCache*);                                 \
   template MatT<S> attention_core<S>(const Model&, const Op&, const Weights<S>&,                \

@@ -46,6 +46,20 @@ template <class S>
 MatT<S> forward(const Model& m, const Weights<S>& w, const MatT<S>& x, Override<S> ov = {},
                 Trace* trace = nullptr);
 
+// The input of every op of a forward pass in dtype S (for restarting part-way).
+template <class S>
+using OpInputs = std::vector<MatT<S>>;
+
+// forward() that records each op's input into `record`.
+template <class S>
+MatT<S> forward_recording(const Model& m, const Weights<S>& w, const MatT<S>& x, OpInputs<S>& record);
+
+// Resumes a forward pass at op `start` from recorded op inputs (ops before `start` are unchanged,
+// e.g. when only a parameter of op `start` or later differs). Equal to forward() bit for bit.
+template <class S>
+MatT<S> forward_from(const Model& m, const Weights<S>& w, const OpInputs<S>& recorded, int start,
+                     Override<S> ov = {});
+
 // Single ops, exposed for the invariance probes and tests. x: (N, in).
 template <class S>
 MatT<S> op_forward(const Model& m, const Op& op, const Weights<S>& w, const MatT<S>& x,

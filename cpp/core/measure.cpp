@@ -31,7 +31,10 @@ Evaluator::Evaluator(const Model& m, const Mat& x) : m_(m), x_(x) {
     wd_ = cast_weights<double>(m);
     xd_ = x;
   }
-  base_ = run();
+  ++runs_;
+  const MatT<float> y32 = forward_recording<float>(m_, wf_, xf_, rec32_);
+  const Mat y64 = forward_recording<double>(m_, wd_, xd_, rec64_);
+  base_ = combine_eval(m_.dtype, y32, y64);
 }
 
 Eval Evaluator::run(int param, const Mat* value) const {
@@ -46,8 +49,10 @@ Eval Evaluator::run(int param, const Mat* value) const {
     od = {param, &vd};
   }
   ++runs_;
-  const MatT<float> y32 = forward<float>(m_, wf_, xf_, of);
-  const Mat y64 = forward<double>(m_, wd_, xd_, od);
+  // Only ops from the parameter's own op onward see the change.
+  const int start = param >= 0 ? m_.params[param].op : 0;
+  const MatT<float> y32 = forward_from<float>(m_, wf_, rec32_, start, of);
+  const Mat y64 = forward_from<double>(m_, wd_, rec64_, start, od);
   return combine_eval(m_.dtype, y32, y64);
 }
 

@@ -50,6 +50,8 @@ class Evaluator {
   MatT<float> xf_;
   Mat xd_;
   Eval base_;
+  OpInputs<float> rec32_;  // op inputs of the base forward, to restart perturbed ones
+  OpInputs<double> rec64_;
   mutable long runs_ = 0;
 };
 
