@@ -128,7 +128,7 @@ TEST_CASE("folds: every rule of fold_rules() is exercised by this file") {
       "layernorm_to_rmsnorm"};
   std::set<std::string> ids;
   for (const FoldRule& r : fold_rules()) {
-    CAPTURE(r.id);
+    INFO("r.id := " << std::string(r.id));
     ids.insert(r.id);
     CHECK(tested.count(r.id) == 1);
     CHECK(std::string(r.title).size() > 0);
@@ -362,7 +362,7 @@ TEST_CASE("folds: the minimal model of the default preset is exact, smaller, and
   for (const auto& c : find_folds(n)) {
     if (!c.rule->in_minimal) continue;
     FoldApplied a;
-    CAPTURE(c.rule->id);
+    INFO("c.rule->id := " << std::string(c.rule->id));
     CHECK(count_parameters(apply_fold(n, c, a)) >= after);
   }
 }

@@ -311,7 +311,7 @@ TEST_CASE("forward: float32 and float64 forwards of the same model agree to 1e-5
   constexpr double kRel = 1e-5;
   for (const char* name : {"default", "postnorm-transformer", "causal-decoder-layer", "norm-zoo",
                            "prenorm-transformer-rope"}) {
-    CAPTURE(name);
+    INFO("name := " << std::string(name));
     const Preset* p = find_preset(name);
     REQUIRE(p != nullptr);
     auto b = build(p->config);

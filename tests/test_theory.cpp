@@ -221,7 +221,7 @@ TEST_CASE("theory: post-norm attention LN(x + Attn(x)): b_K all, b_V 1, b_O 1, b
 
 TEST_CASE("theory: post-norm FFN LN(x + W2 act(W1 x + b1) + b2): b2 loses only its mean") {
   for (const char* act : {"relu", "gelu"}) {
-    CAPTURE(act);
+    INFO("act := " << std::string(act));
     const json r = report_of(net(2, 6, 16, std::string(R"({"type": "residual", "body": [{"type": "linear", "out_features": 32}, {"type": ")") +
                                               act + R"("}, {"type": "linear", "out_features": 16}]}, {"type": "layernorm"})"));
     expect_bias(r, "layers.0.body.2.bias", 1);
@@ -232,8 +232,8 @@ TEST_CASE("theory: post-norm FFN LN(x + W2 act(W1 x + b1) + b2): b2 loses only i
 TEST_CASE("theory: pre-norm attention x + Attn(LN(x)): b_K all, everything else 0, LN affine folds into q/k/v") {
   const json r = report_of(net(2, 6, 16, R"({"type": "residual", "body": [{"type": "layernorm"}, {"type": "attention", "num_heads": 2}]})"));
   expect_all(r, "layers.0.body.1.k_proj.bias");
-  for (const char* p : {"layers.0.body.0.bias", "layers.0.body.1.q_proj.bias", "layers.0.body.1.v_proj.bias",
-                        "layers.0.body.1.o_proj.bias"}) {
+  for (const std::string p : {"layers.0.body.0.bias", "layers.0.body.1.q_proj.bias", "layers.0.body.1.v_proj.bias",
+                              "layers.0.body.1.o_proj.bias"}) {
     CAPTURE(p);
     expect_bias(r, p, 0);
   }
