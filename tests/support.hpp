@@ -1,0 +1,135 @@
+// Shared helpers of the doctest suite (a header, so CMake's tests/*.cpp glob does not make it a
+// unit of its own).
+//
+// Numeric checks go through CHECK_MAX_ABS_LE / REQUIRE_* macros below so that every comparison
+// names its tolerance and a failure prints the value it measured. "Nothing changed" is always
+// max|a - b| <= tol, never an approx comparison against zero (Eigen's isApprox cannot do that).
+#pragma once
+
+#include <cmath>
+#include <initializer_list>
+#include <string>
+
+#include <doctest/doctest.h>
+#include <nlohmann/json.hpp>
+
+#include "core/analyze.hpp"
+#include "core/config.hpp"
+#include "core/forward.hpp"
+#include "core/model.hpp"
+
+namespace biaslab::test {
+
+using nlohmann::json;
+
+// Parses a config written as JSON text; a parse error fails the test with its path and message.
+inline ExperimentConfig config_from(const std::string& text) {
+  const Result<ExperimentConfig> r = parse_config_text(text);
+  INFO("config: " << text);
+  INFO("parse error: " << (r.ok() ? std::string("none") : r.error().what()));
+  REQUIRE(r.ok());
+  return r.value();
+}
+
+// The report of `text`; the analysis itself must succeed.
+inline json report_of(const std::string& text, bool folds = true, bool invariances = false,
+                      bool sweep = false) {
+  AnalyzeOptions opt;
+  opt.folds = folds;
+  opt.invariances = invariances;
+  opt.sweep = sweep;
+  const json r = analyze(config_from(text), opt);
+  INFO("report: " << r.dump());
+  REQUIRE(r.value("ok", false));
+  return r;
+}
+
+// The report row of bias `param`; fails the test when the report has no such row.
+inline const json& bias_row(const json& report, const std::string& param) {
+  for (const json& b : report.at("biases"))
+    if (b.at("param") == param) return b;
+  std::string names;
+  for (const json& b : report.at("biases")) names += b.at("param").get<std::string>() + " ";
+  INFO("bias rows: " << names);
+  FAIL("the report has no bias row " << param);
+  return report;  // unreachable: FAIL throws
+}
+
+// Compact one-line summary of a bias row, for INFO messages.
+inline std::string row_text(const json& b) {
+  std::string s = b.at("param").get<std::string>() + ": redundant_dim " +
+                  b.at("redundant_dim").dump() + " of " + b.at("size").dump() + ", verdict " +
+                  b.at("verdict").dump() + ", max_abs_delta " + b.at("max_abs_delta").dump() +
+                  ", noise_floor " + b.at("noise_floor").dump() + ", directions " +
+                  b.at("directions").dump() + ", consistent " + b.at("consistent").dump();
+  if (b.contains("note")) s += ", note " + b.at("note").dump();
+  return s;
+}
+
+// Model compiled from a config, with float64 weights ready for forward<double>.
+struct Built {
+  ExperimentConfig config;
+  Network net;
+  Model model;
+};
+inline Built build(const std::string& text) {
+  Built b;
+  b.config = config_from(text);
+  b.net = build_network(b.config);
+  b.model = compile(b.net);
+  return b;
+}
+
+// Index of a model parameter by its dotted name; fails the test when it does not exist.
+inline int param_index(const Model& m, const std::string& name) {
+  const int i = m.find_param(name);
+  INFO("parameter " << name);
+  REQUIRE(i >= 0);
+  return i;
+}
+
+template <class A, class B>
+double max_abs_diff(const A& a, const B& b) {
+  if (a.rows() != b.rows() || a.cols() != b.cols()) return HUGE_VAL;
+  if (a.size() == 0) return 0.0;
+  return (a.template cast<double>() - b.template cast<double>()).cwiseAbs().maxCoeff();
+}
+
+// Row-major (rows, cols) double matrix from a brace list, for hand-written values.
+inline Mat mat(int rows, int cols, std::initializer_list<double> v) {
+  Mat m(rows, cols);
+  auto it = v.begin();
+  for (int i = 0; i < rows; ++i)
+    for (int j = 0; j < cols; ++j) m(i, j) = *it++;
+  return m;
+}
+inline Mat col(std::initializer_list<double> v) { return mat(static_cast<int>(v.size()), 1, v); }
+
+}  // namespace biaslab::test
+
+// max |actual - expected| <= tol, with both matrices and the measured value printed on failure.
+#define CHECK_MAX_ABS_LE(actual, expected, tol)                                             \
+  do {                                                                                      \
+    const double max_abs_err_ = ::biaslab::test::max_abs_diff((actual), (expected));        \
+    INFO(#actual " vs " #expected ": max abs diff " << max_abs_err_ << " (tolerance "       \
+                                                   << (tol) << ")");                        \
+    INFO("actual:\n" << (actual) << "\nexpected:\n" << (expected));                         \
+    CHECK(max_abs_err_ <= (tol));                                                           \
+  } while (0)
+
+// A scalar bound with the measured value printed: CHECK_LE_TOL(measured, bound, "what").
+#define CHECK_LE_TOL(measured, bound, what)                                                  \
+  do {                                                                                      \
+    const double measured_ = (measured);                                                    \
+    const double bound_ = (bound);                                                          \
+    INFO(what << ": measured " << measured_ << ", must be <= " << bound_);                 \
+    CHECK(measured_ <= bound_);                                                             \
+  } while (0)
+
+#define CHECK_GT_TOL(measured, bound, what)                                                  \
+  do {                                                                                      \
+    const double measured_ = (measured);                                                    \
+    const double bound_ = (bound);                                                          \
+    INFO(what << ": measured " << measured_ << ", must be > " << bound_);                  \
+    CHECK(measured_ > bound_);                                                              \
+  } while (0)

@@ -1,0 +1,368 @@
+// Exact folds: every rule of fold_rules() on a minimal config where it applies.
+//
+// A fold is checked four ways: find_folds() proposes it; the folded model's output equals the
+// original's within the measured noise floor (Evaluator::compare on compile()d models); the
+// config it produces prints and parses back to itself; and it removes the expected number of
+// parameters (also as reported by analyze()).
+#include <set>
+#include <string>
+#include <vector>
+
+#include "core/folds.hpp"
+#include "core/measure.hpp"
+#include "core/presets.hpp"
+#include "support.hpp"
+
+using namespace biaslab;
+using biaslab::test::config_from;
+using biaslab::test::json;
+
+namespace {
+
+std::string net(const std::string& layers, const std::string& dtype = "float64", int batch = 2,
+                int tokens = 4, int features = 8) {
+  return R"({"version": 1, "seed": 9, "dtype": ")" + dtype + R"(", "shape": {"batch": )" +
+         std::to_string(batch) + R"(, "tokens": )" + std::to_string(tokens) +
+         R"(, "features": )" + std::to_string(features) + R"(}, "layers": [)" + layers + "]}";
+}
+
+std::string site_text(const FoldSite& s) {
+  std::string t = site_prefix(s) + std::to_string(s.index);
+  return t;
+}
+
+Network network_of(const ExperimentConfig& c) {
+  Network n = build_network(c);
+  sync_network(n);
+  return n;
+}
+
+// Applies `rule` at the site `where` (dotted name of its first layer) and checks it; returns the
+// folded network for rule-specific checks.
+Network check_fold(const std::string& text, const std::string& rule, const std::string& where,
+                   long expected_removed) {
+  const ExperimentConfig config = config_from(text);
+  const Network original = network_of(config);
+
+  // find_folds proposes it.
+  const std::vector<FoldCandidate> cands = find_folds(original);
+  std::string proposed;
+  const FoldCandidate* cand = nullptr;
+  for (const auto& c : cands) {
+    proposed += std::string(c.rule->id) + "@" + site_text(c.site) + " ";
+    if (c.rule->id == rule && site_text(c.site) == where) cand = &c;
+  }
+  INFO("proposed: " << proposed);
+  REQUIRE(cand != nullptr);
+
+  FoldApplied applied;
+  const Network folded = apply_fold(original, *cand, applied);
+  CHECK(applied.rule == rule);
+  CHECK(!applied.layers.empty());
+
+  // Same output within the measured floor. The floor must be a rounding-sized number, or the
+  // comparison would prove nothing.
+  const Model m0 = compile(original), m1 = compile(folded);
+  const Mat x = draw_input(config, 0);
+  Evaluator ev(m0, x);
+  const Delta d = Evaluator::compare(ev.base(), Evaluator::run_model(m1, x));
+  const double out_scale = ev.base().y.cwiseAbs().maxCoeff();
+  INFO("max |output| " << out_scale);
+  CHECK(d.finite);
+  CHECK_LE_TOL(d.max_abs, d.floor, "max |folded - original output| vs measured floor");
+  const double floor_bound = (config.dtype == DType::float64 ? 1e-10 : 1e-3) * std::max(1.0, out_scale);
+  CHECK_LE_TOL(d.floor, floor_bound, "the measured floor itself");
+
+  // The fold really changed the model (so the equality above is not vacuous).
+  bool changed = m0.params.size() != m1.params.size();
+  for (size_t i = 0; !changed && i < m0.params.size(); ++i)
+    changed = m0.params[i].name != m1.params[i].name || m0.params[i].value.rows() != m1.params[i].value.rows() ||
+              m0.params[i].value.cols() != m1.params[i].value.cols() || m0.params[i].value != m1.params[i].value;
+  CHECK(changed);
+
+  // Its config prints and parses back to the same config, and describes the same parameters.
+  const std::string printed = config_to_json(folded.config).dump();
+  INFO("folded config: " << printed);
+  const ExperimentConfig reparsed = config_from(printed);
+  CHECK(reparsed == folded.config);
+  const Model rebuilt = compile(network_of(reparsed));
+  REQUIRE(rebuilt.params.size() == m1.params.size());
+  for (size_t i = 0; i < m1.params.size(); ++i) {
+    CAPTURE(m1.params[i].name);
+    CHECK(rebuilt.params[i].name == m1.params[i].name);
+    CHECK(rebuilt.params[i].value.rows() == m1.params[i].value.rows());
+    CHECK(rebuilt.params[i].value.cols() == m1.params[i].value.cols());
+  }
+
+  // Parameters removed, directly and in the report.
+  const long removed = count_parameters(original) - count_parameters(folded);
+  CHECK(removed == expected_removed);
+  AnalyzeOptions opt;
+  opt.sweep = opt.invariances = false;
+  const json report = analyze(config, opt);
+  REQUIRE(report.value("ok", false));
+  bool reported = false;
+  for (const json& f : report.at("folds")) {
+    if (f.at("rule") != rule || f.at("where").at(0) != where) continue;
+    reported = true;
+    INFO("report row: " << f.dump());
+    CHECK(f.at("exact") == true);
+    CHECK(f.at("params_removed") == expected_removed);
+    CHECK_LE_TOL(f.at("max_abs_delta").get<double>(), f.at("noise_floor").get<double>(), "reported fold delta vs floor");
+  }
+  INFO("report folds: " << report.at("folds").dump());
+  CHECK(reported);
+  return folded;
+}
+
+const LayerNode& layer(const Network& n, int i) { return n.layers.at(static_cast<size_t>(i)); }
+
+}  // namespace
+
+TEST_CASE("folds: every rule of fold_rules() is exercised by this file") {
+  // Keeps this file honest when a rule is added: the list below names the rules tested here.
+  const std::set<std::string> tested = {
+      "fold_layernorm_affine", "fold_rmsnorm_gain",    "fuse_linear_batchnorm_eval",
+      "fuse_batchnorm_eval_linear", "drop_key_bias",   "fold_value_bias",
+      "drop_bias_before_norm", "centre_bias_before_norm", "merge_linear_linear",
+      "layernorm_to_rmsnorm"};
+  std::set<std::string> ids;
+  for (const FoldRule& r : fold_rules()) {
+    INFO("r.id := " << std::string(r.id));
+    ids.insert(r.id);
+    CHECK(tested.count(r.id) == 1);
+    CHECK(std::string(r.title).size() > 0);
+    CHECK(std::string(r.formula).size() > 0);
+  }
+  CHECK(ids.size() == fold_rules().size());  // ids are unique
+}
+
+TEST_CASE("folds: fold_layernorm_affine moves gamma and beta into the next projection") {
+  // F = 8: gain 8 + shift 8 = 16 parameters, unless the fold has to create a bias.
+  SUBCASE("into a Linear with bias") {
+    const Network f = check_fold(net(R"({"type": "layernorm"}, {"type": "linear", "out_features": 6})"),
+                                 "fold_layernorm_affine", "layers.0", 16);
+    CHECK(layer(f, 0).params.empty());
+    CHECK(!layer(f, 0).cfg.elementwise_affine);
+  }
+  SUBCASE("into a Linear without bias: the fold creates its 6 entries") {
+    const Network f = check_fold(net(R"({"type": "layernorm"}, {"type": "linear", "out_features": 6, "bias": false})"),
+                                 "fold_layernorm_affine", "layers.0", 16 - 6);
+    CHECK(layer(f, 1).cfg.bias);
+  }
+  SUBCASE("gain only (LayerNorm without bias) into a Linear without bias: none created") {
+    check_fold(net(R"({"type": "layernorm", "bias": false}, {"type": "linear", "bias": false})"),
+               "fold_layernorm_affine", "layers.0", 8);
+  }
+  SUBCASE("into the q/k/v projections of attention, inside a residual block") {
+    check_fold(net(R"({"type": "residual", "body": [{"type": "layernorm"}, {"type": "attention", "num_heads": 2}]})"),
+               "fold_layernorm_affine", "layers.0.body.0", 16);
+  }
+  SUBCASE("into attention without q/k/v biases: creating 3 x 8 costs more than the 16 it saves") {
+    check_fold(net(R"({"type": "layernorm"}, {"type": "attention", "num_heads": 2, "q_bias": false, "k_bias": false, "v_bias": false})"),
+               "fold_layernorm_affine", "layers.0", 16 - 24);
+  }
+  SUBCASE("float32, 1 token, batch 1") {
+    check_fold(net(R"({"type": "layernorm"}, {"type": "linear"})", "float32", 1, 1, 8), "fold_layernorm_affine", "layers.0", 16);
+  }
+}
+
+TEST_CASE("folds: fold_rmsnorm_gain moves gamma into the next projection") {
+  SUBCASE("into a Linear") {
+    check_fold(net(R"({"type": "rmsnorm"}, {"type": "linear"})"), "fold_rmsnorm_gain", "layers.0", 8);
+  }
+  SUBCASE("into attention") {
+    check_fold(net(R"({"type": "rmsnorm"}, {"type": "attention", "num_heads": 2, "causal": true})"),
+               "fold_rmsnorm_gain", "layers.0", 8);
+  }
+}
+
+TEST_CASE("folds: fuse_linear_batchnorm_eval turns Linear then BatchNorm (eval) into one Linear") {
+  SUBCASE("with a Linear bias: the BatchNorm's 2 x 8 go") {
+    const Network f = check_fold(net(R"({"type": "linear"}, {"type": "batchnorm", "mode": "eval"})"),
+                                 "fuse_linear_batchnorm_eval", "layers.0", 16);
+    CHECK(f.layers.size() == 1);
+  }
+  SUBCASE("without a Linear bias: the fused bias costs 8") {
+    check_fold(net(R"({"type": "linear", "bias": false}, {"type": "batchnorm", "mode": "eval"})"),
+               "fuse_linear_batchnorm_eval", "layers.0", 8);
+  }
+  SUBCASE("BatchNorm without affine: only buffers go, 0 trainable parameters") {
+    check_fold(net(R"({"type": "linear", "out_features": 5}, {"type": "batchnorm", "mode": "eval", "affine": false})"),
+               "fuse_linear_batchnorm_eval", "layers.0", 0);
+  }
+}
+
+TEST_CASE("folds: fuse_batchnorm_eval_linear turns BatchNorm (eval) then Linear into one Linear") {
+  SUBCASE("8 -> 6") {
+    const Network f = check_fold(net(R"({"type": "batchnorm", "mode": "eval"}, {"type": "linear", "out_features": 6})"),
+                                 "fuse_batchnorm_eval_linear", "layers.0", 16);
+    REQUIRE(f.layers.size() == 1);
+    CHECK(layer(f, 0).cfg.type == LayerType::linear);
+  }
+  SUBCASE("into a Linear without bias") {
+    check_fold(net(R"({"type": "batchnorm", "mode": "eval"}, {"type": "linear", "bias": false})"),
+               "fuse_batchnorm_eval_linear", "layers.0", 8);
+  }
+}
+
+TEST_CASE("folds: drop_key_bias removes the key bias when there is no RoPE") {
+  SUBCASE("plain") { check_fold(net(R"({"type": "attention", "num_heads": 2})"), "drop_key_bias", "layers.0", 8); }
+  SUBCASE("causal") {
+    check_fold(net(R"({"type": "attention", "num_heads": 4, "causal": true})"), "drop_key_bias", "layers.0", 8);
+  }
+  SUBCASE("float32, 1 head, 1 feature") {
+    check_fold(net(R"({"type": "attention", "num_heads": 1})", "float32", 2, 3, 1), "drop_key_bias", "layers.0", 1);
+  }
+  SUBCASE("inside a residual body") {
+    check_fold(net(R"({"type": "linear"}, {"type": "residual", "body": [{"type": "attention", "num_heads": 2}]})"),
+               "drop_key_bias", "layers.1.body.0", 8);
+  }
+}
+
+TEST_CASE("folds: fold_value_bias moves W_O b_V into the output bias") {
+  SUBCASE("with an output bias") {
+    check_fold(net(R"({"type": "attention", "num_heads": 2})"), "fold_value_bias", "layers.0", 8);
+  }
+  SUBCASE("without an output bias: one is created, nothing is saved") {
+    const Network f = check_fold(net(R"({"type": "attention", "num_heads": 2, "o_bias": false, "causal": true, "rope": true})"),
+                                 "fold_value_bias", "layers.0", 0);
+    CHECK(layer(f, 0).cfg.o_bias);
+    CHECK(!layer(f, 0).cfg.v_bias);
+  }
+}
+
+TEST_CASE("folds: drop_bias_before_norm drops a bias that BatchNorm (train) or InstanceNorm subtracts") {
+  SUBCASE("Linear bias before BatchNorm train") {
+    check_fold(net(R"({"type": "linear"}, {"type": "batchnorm"})"), "drop_bias_before_norm", "layers.0", 8);
+  }
+  SUBCASE("Linear bias before InstanceNorm") {
+    check_fold(net(R"({"type": "linear"}, {"type": "instancenorm"})"), "drop_bias_before_norm", "layers.0", 8);
+  }
+  SUBCASE("LayerNorm shift before BatchNorm train") {
+    check_fold(net(R"({"type": "layernorm"}, {"type": "batchnorm"})"), "drop_bias_before_norm", "layers.0", 8);
+  }
+  SUBCASE("attention output bias through a residual add") {
+    check_fold(net(R"({"type": "residual", "body": [{"type": "attention", "num_heads": 2}]}, {"type": "batchnorm"})"),
+               "drop_bias_before_norm", "layers.0", 8);
+  }
+  SUBCASE("a BatchNorm shift is tied to its gain by `affine`: zeroed, 0 parameters removed") {
+    const Network f = check_fold(net(R"({"type": "batchnorm", "mode": "eval"}, {"type": "instancenorm"})"),
+                                 "drop_bias_before_norm", "layers.0", 0);
+    const Param* shift = layer(f, 0).find("bias");
+    REQUIRE(shift != nullptr);
+    CHECK_LE_TOL(shift->value.cwiseAbs().maxCoeff(), 0.0, "max |BatchNorm shift| after the fold");
+  }
+}
+
+TEST_CASE("folds: centre_bias_before_norm projects out what the next norm cancels") {
+  auto max_group_mean = [](const Network& f, int groups) {
+    const Mat& b = layer(f, 0).find("bias")->value;
+    const int per = static_cast<int>(b.rows()) / groups;
+    double worst = 0;
+    for (int g = 0; g < groups; ++g) worst = std::max(worst, std::abs(b.middleRows(g * per, per).mean()));
+    return worst;
+  };
+  SUBCASE("before LayerNorm: the mean") {
+    const Network f = check_fold(net(R"({"type": "linear"}, {"type": "layernorm"})"), "centre_bias_before_norm", "layers.0", 0);
+    CHECK_LE_TOL(max_group_mean(f, 1), 1e-15, "|mean of the centred bias|");
+  }
+  SUBCASE("before softmax: the mean") {
+    const Network f = check_fold(net(R"({"type": "linear"}, {"type": "softmax"})"), "centre_bias_before_norm", "layers.0", 0);
+    CHECK_LE_TOL(max_group_mean(f, 1), 1e-15, "|mean of the centred bias|");
+  }
+  SUBCASE("before GroupNorm with 2 groups: each group's mean") {
+    const Network f = check_fold(net(R"({"type": "linear"}, {"type": "groupnorm", "num_groups": 2})"),
+                                 "centre_bias_before_norm", "layers.0", 0);
+    CHECK_LE_TOL(max_group_mean(f, 2), 1e-15, "max |group mean of the centred bias|");
+  }
+}
+
+TEST_CASE("folds: merge_linear_linear turns two Linears into one") {
+  // F = 8 -> 6 -> 3. Before: 6*8 + 6 + 3*6 + 3 = 75; after: 3*8 + 3 = 27.
+  SUBCASE("both with bias") {
+    const Network f = check_fold(net(R"({"type": "linear", "out_features": 6}, {"type": "linear", "out_features": 3})"),
+                                 "merge_linear_linear", "layers.0", 75 - 27);
+    REQUIRE(f.layers.size() == 1);
+    CHECK(layer(f, 0).out_width == 3);
+  }
+  SUBCASE("neither with bias: 66 -> 24") {
+    check_fold(net(R"({"type": "linear", "out_features": 6, "bias": false}, {"type": "linear", "out_features": 3, "bias": false})"),
+               "merge_linear_linear", "layers.0", 66 - 24);
+  }
+  SUBCASE("only the first with bias: 72 -> 27") {
+    check_fold(net(R"({"type": "linear", "out_features": 6}, {"type": "linear", "out_features": 3, "bias": false})"),
+               "merge_linear_linear", "layers.0", 72 - 27);
+  }
+  SUBCASE("widening pair 8 -> 2 -> 8 gets larger when merged: 18 + 24 = 42 -> 72") {
+    check_fold(net(R"({"type": "linear", "out_features": 2}, {"type": "linear", "out_features": 8})"),
+               "merge_linear_linear", "layers.0", 42 - 72);
+  }
+}
+
+TEST_CASE("folds: layernorm_to_rmsnorm swaps a shift-free LayerNorm for RMSNorm after centring its writer") {
+  SUBCASE("after a Linear") {
+    const Network f = check_fold(net(R"({"type": "linear"}, {"type": "layernorm", "bias": false})"),
+                                 "layernorm_to_rmsnorm", "layers.0", 0);
+    CHECK(layer(f, 1).cfg.type == LayerType::rmsnorm);
+    CHECK(layer(f, 1).cfg.eps == 1e-5);  // the LayerNorm's eps is kept, not RMSNorm's default
+  }
+  SUBCASE("after attention, LayerNorm without affine") {
+    check_fold(net(R"({"type": "attention", "num_heads": 2}, {"type": "layernorm", "elementwise_affine": false})"),
+               "layernorm_to_rmsnorm", "layers.0", 0);
+  }
+}
+
+TEST_CASE("folds: rules do not match where the identity they rely on fails") {
+  auto rules_at = [](const std::string& text) {
+    std::multiset<std::string> ids;
+    for (const auto& c : find_folds(network_of(config_from(text)))) ids.insert(c.rule->id);
+    return ids;
+  };
+  SUBCASE("no drop_key_bias with RoPE") {
+    CHECK(rules_at(net(R"({"type": "attention", "num_heads": 2, "rope": true})")).count("drop_key_bias") == 0);
+  }
+  SUBCASE("no LayerNorm affine fold without affine parameters, nor into a norm") {
+    const auto ids = rules_at(net(R"({"type": "layernorm", "elementwise_affine": false}, {"type": "linear"}, {"type": "layernorm"}, {"type": "rmsnorm"})"));
+    CHECK(ids.count("fold_layernorm_affine") == 0);
+  }
+  SUBCASE("no BatchNorm fuse in train mode; no drop before BatchNorm eval or RMSNorm") {
+    const auto ids = rules_at(net(R"({"type": "linear"}, {"type": "batchnorm"}, {"type": "linear"}, {"type": "batchnorm", "mode": "eval"}, {"type": "relu"}, {"type": "linear"}, {"type": "rmsnorm"})"));
+    CHECK(ids.count("fuse_linear_batchnorm_eval") == 1);  // only layers.2 -> 3
+    CHECK(ids.count("drop_bias_before_norm") == 1);       // only layers.0 -> 1
+    CHECK(ids.count("centre_bias_before_norm") == 0);
+  }
+  SUBCASE("no LayerNorm -> RMSNorm when the LayerNorm has a shift") {
+    CHECK(rules_at(net(R"({"type": "linear"}, {"type": "layernorm"})")).count("layernorm_to_rmsnorm") == 0);
+  }
+  SUBCASE("no Linear merge across a nonlinearity") {
+    CHECK(rules_at(net(R"({"type": "linear"}, {"type": "gelu"}, {"type": "linear"})")).count("merge_linear_linear") == 0);
+  }
+}
+
+TEST_CASE("folds: the minimal model of the default preset is exact, smaller, and cannot shrink further") {
+  const Preset* p = find_preset("default");
+  REQUIRE(p != nullptr);
+  AnalyzeOptions opt;
+  opt.sweep = opt.invariances = false;
+  const json report = analyze(config_from(p->config), opt);
+  REQUIRE(report.value("ok", false));
+  const json& mm = report.at("minimal_model");
+  INFO("minimal_model: " << mm.dump());
+  CHECK(mm.at("exact") == true);
+  CHECK_LE_TOL(mm.at("max_abs_delta").get<double>(), mm.at("noise_floor").get<double>(), "minimal model delta vs floor");
+  const long before = mm.at("params_before"), after = mm.at("params_after");
+  // LayerNorm gain + shift (2 x 64), the key bias (64) and the value bias (64, into b_O).
+  CHECK(before - after == 256);
+  CHECK(after < before);
+  // Its config parses, builds to `after` parameters, and no fold of the minimal set shrinks it.
+  const ExperimentConfig minimal = config_from(mm.at("config").dump());
+  const Network n = network_of(minimal);
+  CHECK(count_parameters(n) == after);
+  for (const auto& c : find_folds(n)) {
+    if (!c.rule->in_minimal) continue;
+    FoldApplied a;
+    INFO("c.rule->id := " << std::string(c.rule->id));
+    CHECK(count_parameters(apply_fold(n, c, a)) >= after);
+  }
+}

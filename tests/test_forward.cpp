@@ -1,0 +1,325 @@
+// Forward passes of every layer against values computed by hand.
+//
+// Shapes: x is (N = B*T, F), row b*T + t holding token t of sample b. Parameters are set
+// explicitly through Model::params so that each expected value is a short formula written out
+// here, never a call into the engine.
+#include <cmath>
+#include <string>
+
+#include "core/forward.hpp"
+#include "core/presets.hpp"
+#include "support.hpp"
+
+using namespace biaslab;
+using biaslab::test::build;
+using biaslab::test::col;
+using biaslab::test::mat;
+using biaslab::test::param_index;
+
+namespace {
+
+// Hand-computed values are exact up to a few float64 roundings.
+constexpr double kTol = 1e-12;
+
+Mat run64(const Model& m, const Mat& x) { return forward<double>(m, cast_weights<double>(m), x); }
+
+void set(Model& m, const std::string& name, const Mat& value) {
+  Mat& v = m.params[param_index(m, name)].value;
+  REQUIRE(v.rows() == value.rows());
+  REQUIRE(v.cols() == value.cols());
+  v = value;
+}
+
+std::string one_layer(int batch, int tokens, int features, const std::string& layer) {
+  return R"({"version": 1, "seed": 1, "shape": {"batch": )" + std::to_string(batch) +
+         R"(, "tokens": )" + std::to_string(tokens) + R"(, "features": )" +
+         std::to_string(features) + R"(}, "layers": [)" + layer + "]}";
+}
+
+}  // namespace
+
+TEST_CASE("forward: layernorm normalises each token over its features, then gain and shift") {
+  SUBCASE("one token [1, 2, 3, 4]: mean 2.5, biased variance 1.25, eps 1e-5") {
+    auto b = build(one_layer(1, 1, 4, R"({"type": "layernorm", "eps": 1e-5})"));
+    set(b.model, "layers.0.weight", col({1, 2, 0.5, -1}));
+    set(b.model, "layers.0.bias", col({0.1, 0, 0, -0.2}));
+    const double r = 1 / std::sqrt(1.25 + 1e-5);
+    const Mat expected = mat(1, 4, {-1.5 * r * 1 + 0.1, -0.5 * r * 2, 0.5 * r * 0.5, 1.5 * r * -1 - 0.2});
+    CHECK_MAX_ABS_LE(run64(b.model, mat(1, 4, {1, 2, 3, 4})), expected, kTol);
+  }
+  SUBCASE("eps sits inside the square root: eps 0.1, no affine") {
+    auto b = build(one_layer(1, 1, 4, R"({"type": "layernorm", "eps": 0.1, "elementwise_affine": false})"));
+    CHECK(b.model.params.empty());
+    const double r = 1 / std::sqrt(1.25 + 0.1);
+    CHECK_MAX_ABS_LE(run64(b.model, mat(1, 4, {1, 2, 3, 4})), mat(1, 4, {-1.5 * r, -0.5 * r, 0.5 * r, 1.5 * r}), kTol);
+  }
+  SUBCASE("two tokens are normalised separately: [1,2,3,4] and [10,10,10,14]") {
+    auto b = build(one_layer(1, 2, 4, R"({"type": "layernorm", "elementwise_affine": false})"));
+    // token 1: mean 11, deviations (-1,-1,-1,3), variance 3
+    const double r0 = 1 / std::sqrt(1.25 + 1e-5), r1 = 1 / std::sqrt(3 + 1e-5);
+    CHECK_MAX_ABS_LE(run64(b.model, mat(2, 4, {1, 2, 3, 4, 10, 10, 10, 14})),
+                     mat(2, 4, {-1.5 * r0, -0.5 * r0, 0.5 * r0, 1.5 * r0, -r1, -r1, -r1, 3 * r1}), kTol);
+  }
+  SUBCASE("one feature: the centred value is 0, so the output is the shift") {
+    auto b = build(one_layer(1, 1, 1, R"({"type": "layernorm"})"));
+    set(b.model, "layers.0.weight", col({3}));
+    set(b.model, "layers.0.bias", col({0.25}));
+    CHECK_MAX_ABS_LE(run64(b.model, mat(1, 1, {7})), mat(1, 1, {0.25}), kTol);
+  }
+}
+
+TEST_CASE("forward: rmsnorm divides each token by its root mean square, without centring") {
+  SUBCASE("[1, 2, 3, 4]: mean square 7.5, default eps 1e-6, gain") {
+    auto b = build(one_layer(1, 1, 4, R"({"type": "rmsnorm"})"));
+    REQUIRE(b.model.ops[0].eps == 1e-6);  // torch.nn.RMSNorm's default as the schema's
+    set(b.model, "layers.0.weight", col({1, 2, 0.5, -1}));
+    const double r = 1 / std::sqrt(7.5 + 1e-6);
+    CHECK_MAX_ABS_LE(run64(b.model, mat(1, 4, {1, 2, 3, 4})), mat(1, 4, {r, 4 * r, 1.5 * r, -4 * r}), kTol);
+  }
+  SUBCASE("one feature: x / sqrt(x^2 + eps)") {
+    auto b = build(one_layer(1, 1, 1, R"({"type": "rmsnorm", "elementwise_affine": false, "eps": 0.5})"));
+    CHECK_MAX_ABS_LE(run64(b.model, mat(1, 1, {-2})), mat(1, 1, {-2 / std::sqrt(4.5)}), kTol);
+  }
+}
+
+TEST_CASE("forward: batchnorm normalises each feature over batch and tokens") {
+  // B = 2, T = 2, F = 2; rows b0t0, b0t1, b1t0, b1t1.
+  const Mat x = mat(4, 2, {1, 0, 2, 0, 3, 2, 4, 2});
+  SUBCASE("train: batch statistics, biased variance (feature 0: mean 2.5 var 1.25; feature 1: mean 1 var 1)") {
+    auto b = build(one_layer(2, 2, 2, R"({"type": "batchnorm", "mode": "train", "eps": 1e-5})"));
+    set(b.model, "layers.0.weight", col({2, -1}));
+    set(b.model, "layers.0.bias", col({0.5, 1}));
+    const double r0 = 1 / std::sqrt(1.25 + 1e-5), r1 = 1 / std::sqrt(1 + 1e-5);
+    const Mat expected = mat(4, 2, {-1.5 * r0 * 2 + 0.5, r1 + 1,
+                                    -0.5 * r0 * 2 + 0.5, r1 + 1,
+                                    0.5 * r0 * 2 + 0.5, -r1 + 1,
+                                    1.5 * r0 * 2 + 0.5, -r1 + 1});
+    CHECK_MAX_ABS_LE(run64(b.model, x), expected, kTol);
+  }
+  SUBCASE("train with batch 1 and 1 token: every value is its own mean, so the output is the shift") {
+    auto b = build(one_layer(1, 1, 2, R"({"type": "batchnorm"})"));
+    set(b.model, "layers.0.bias", col({0.5, -0.25}));
+    CHECK_MAX_ABS_LE(run64(b.model, mat(1, 2, {3, -4})), mat(1, 2, {0.5, -0.25}), kTol);
+  }
+  SUBCASE("eval: running statistics (mean 0.5, -1; var 4, 0.25)") {
+    auto b = build(one_layer(2, 2, 2, R"({"type": "batchnorm", "mode": "eval", "eps": 1e-5})"));
+    set(b.model, "layers.0.weight", col({2, -1}));
+    set(b.model, "layers.0.bias", col({0.5, 1}));
+    set(b.model, "layers.0.running_mean", col({0.5, -1}));
+    set(b.model, "layers.0.running_var", col({4, 0.25}));
+    const double r0 = 2 / std::sqrt(4 + 1e-5), r1 = -1 / std::sqrt(0.25 + 1e-5);
+    const Mat expected = mat(4, 2, {0.5 * r0 + 0.5, 1 * r1 + 1,
+                                    1.5 * r0 + 0.5, 1 * r1 + 1,
+                                    2.5 * r0 + 0.5, 3 * r1 + 1,
+                                    3.5 * r0 + 0.5, 3 * r1 + 1});
+    CHECK_MAX_ABS_LE(run64(b.model, x), expected, kTol);
+  }
+}
+
+TEST_CASE("forward: instancenorm normalises each sample and feature over the tokens") {
+  // B = 2, T = 2, F = 2. Sample 0: feature 0 [1, 3], feature 1 [2, 2] (constant -> 0);
+  // sample 1: feature 0 [0, 4], feature 1 [5, 1].
+  const Mat x = mat(4, 2, {1, 2, 3, 2, 0, 5, 4, 1});
+  const double r1 = 1 / std::sqrt(1 + 1e-5), r4 = 1 / std::sqrt(4 + 1e-5);
+  const Mat plain = mat(4, 2, {-r1, 0, r1, 0, -2 * r4, 2 * r4, 2 * r4, -2 * r4});
+  SUBCASE("affine off (torch's default): no parameters") {
+    auto b = build(one_layer(2, 2, 2, R"({"type": "instancenorm"})"));
+    CHECK(b.model.params.empty());
+    CHECK_MAX_ABS_LE(run64(b.model, x), plain, kTol);
+  }
+  SUBCASE("affine on: per-feature gain and shift after normalising") {
+    auto b = build(one_layer(2, 2, 2, R"({"type": "instancenorm", "affine": true})"));
+    set(b.model, "layers.0.weight", col({2, 3}));
+    set(b.model, "layers.0.bias", col({-1, 1}));
+    Mat expected = plain;
+    expected.col(0) = expected.col(0) * 2 - Mat::Ones(4, 1);
+    expected.col(1) = expected.col(1) * 3 + Mat::Ones(4, 1);
+    CHECK_MAX_ABS_LE(run64(b.model, x), expected, kTol);
+  }
+}
+
+TEST_CASE("forward: groupnorm normalises each sample over its tokens and the features of a group") {
+  // B = 2, T = 2, F = 4, G = 2: group 0 = features 0-1, group 1 = features 2-3.
+  // Sample 0: group 0 {1,2,5,6} mean 3.5 var 4.25; group 1 {3,4,7,8} mean 5.5 var 4.25.
+  // Sample 1: group 0 all 0 -> 0; group 1 {1,-1,-1,1} mean 0 var 1.
+  auto b = build(one_layer(2, 2, 4, R"({"type": "groupnorm", "num_groups": 2, "affine": false})"));
+  const Mat x = mat(4, 4, {1, 2, 3, 4,
+                           5, 6, 7, 8,
+                           0, 0, 1, -1,
+                           0, 0, -1, 1});
+  const double r = 1 / std::sqrt(4.25 + 1e-5), s = 1 / std::sqrt(1 + 1e-5);
+  const Mat expected = mat(4, 4, {-2.5 * r, -1.5 * r, -2.5 * r, -1.5 * r,
+                                  1.5 * r, 2.5 * r, 1.5 * r, 2.5 * r,
+                                  0, 0, s, -s,
+                                  0, 0, -s, s});
+  CHECK_MAX_ABS_LE(run64(b.model, x), expected, kTol);
+}
+
+TEST_CASE("forward: activations act elementwise") {
+  const Mat x = mat(1, 3, {-1, 1, 2});
+  SUBCASE("relu") {
+    auto b = build(one_layer(1, 1, 3, R"({"type": "relu"})"));
+    CHECK_MAX_ABS_LE(run64(b.model, mat(1, 3, {-1, 0, 2})), mat(1, 3, {0, 0, 2}), kTol);
+  }
+  SUBCASE("gelu exact: x Phi(x)") {
+    auto b = build(one_layer(1, 1, 3, R"({"type": "gelu"})"));
+    CHECK_MAX_ABS_LE(run64(b.model, x), mat(1, 3, {-0.15865525393145707, 0.8413447460685429, 1.9544997361036416}), kTol);
+  }
+  SUBCASE("gelu tanh: 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3)))") {
+    auto b = build(one_layer(1, 1, 3, R"({"type": "gelu", "approximate": "tanh"})"));
+    CHECK_MAX_ABS_LE(run64(b.model, x), mat(1, 3, {-0.15880800939172324, 0.8411919906082768, 1.954597694087775}), kTol);
+  }
+}
+
+TEST_CASE("forward: softmax normalises over the features of each token") {
+  SUBCASE("[1, 2, 3] and a constant row [5, 5, 5]") {
+    auto b = build(one_layer(1, 2, 3, R"({"type": "softmax"})"));
+    const double t = 1.0 / 3;
+    CHECK_MAX_ABS_LE(run64(b.model, mat(2, 3, {1, 2, 3, 5, 5, 5})),
+                     mat(2, 3, {0.09003057317038046, 0.24472847105479767, 0.6652409557748219, t, t, t}), kTol);
+  }
+  SUBCASE("one feature: always 1") {
+    auto b = build(one_layer(1, 1, 1, R"({"type": "softmax"})"));
+    CHECK_MAX_ABS_LE(run64(b.model, mat(1, 1, {-30})), mat(1, 1, {1}), kTol);
+  }
+}
+
+TEST_CASE("forward: linear computes x W^T + b per token") {
+  SUBCASE("3 -> 2 with bias") {
+    auto b = build(one_layer(1, 2, 3, R"({"type": "linear", "out_features": 2})"));
+    set(b.model, "layers.0.weight", mat(2, 3, {1, 2, 3, -1, 0, 1}));
+    set(b.model, "layers.0.bias", col({0.5, -0.5}));
+    CHECK(b.model.out_features == 2);
+    CHECK_MAX_ABS_LE(run64(b.model, mat(2, 3, {1, 1, 1, 1, 0, -1})), mat(2, 2, {6.5, -0.5, -1.5, -2.5}), kTol);
+  }
+  SUBCASE("1 -> 1 without bias") {
+    auto b = build(one_layer(1, 1, 1, R"({"type": "linear", "bias": false})"));
+    REQUIRE(b.model.params.size() == 1);
+    set(b.model, "layers.0.weight", mat(1, 1, {-3}));
+    CHECK_MAX_ABS_LE(run64(b.model, mat(1, 1, {2})), mat(1, 1, {-6}), kTol);
+  }
+}
+
+TEST_CASE("forward: residual computes x + body(x)") {
+  const Mat W = mat(2, 2, {1, 2, 3, 4});
+  const Mat x = mat(1, 2, {1, 0});  // W x = (1, 3)
+  SUBCASE("one block") {
+    auto b = build(one_layer(1, 1, 2, R"({"type": "residual", "body": [{"type": "linear"}]})"));
+    set(b.model, "layers.0.body.0.weight", W);
+    set(b.model, "layers.0.body.0.bias", col({1, 1}));
+    CHECK_MAX_ABS_LE(run64(b.model, x), mat(1, 2, {1 + 2, 0 + 4}), kTol);
+  }
+  SUBCASE("nested: x + (x + W x + b) = 2 x + W x + b") {
+    auto b = build(one_layer(1, 1, 2,
+        R"({"type": "residual", "body": [{"type": "residual", "body": [{"type": "linear"}]}]})"));
+    set(b.model, "layers.0.body.0.body.0.weight", W);
+    set(b.model, "layers.0.body.0.body.0.bias", col({1, 1}));
+    CHECK_MAX_ABS_LE(run64(b.model, x), mat(1, 2, {2 + 2, 0 + 4}), kTol);
+  }
+}
+
+namespace {
+
+// Attention with identity projections and the given biases, so q = x + b_Q, k = x + b_K, ...
+void identity_attention(Model& m, int F, const Mat& bq, const Mat& bk, const Mat& bv, const Mat& bo) {
+  for (const char* p : {"q", "k", "v", "o"}) set(m, std::string("layers.0.") + p + "_proj.weight", Mat::Identity(F, F));
+  set(m, "layers.0.q_proj.bias", bq);
+  set(m, "layers.0.k_proj.bias", bk);
+  set(m, "layers.0.v_proj.bias", bv);
+  set(m, "layers.0.o_proj.bias", bo);
+}
+
+}  // namespace
+
+TEST_CASE("forward: attention with 1 head and 2 tokens matches the hand computation") {
+  // x = e0, e1 (F = 2, d = 2): scores = x x^T / sqrt(2); the softmax of (1/sqrt 2, 0) is
+  // (sigma, 1 - sigma) with sigma = 1 / (1 + exp(-1/sqrt 2)).
+  const double sigma = 0.6697615493266569;
+  const Mat x = mat(2, 2, {1, 0, 0, 1});
+  const Mat zero = Mat::Zero(2, 1);
+  SUBCASE("no biases, no mask") {
+    auto b = build(one_layer(1, 2, 2, R"({"type": "attention", "num_heads": 1})"));
+    identity_attention(b.model, 2, zero, zero, zero, zero);
+    CHECK_MAX_ABS_LE(run64(b.model, x), mat(2, 2, {sigma, 1 - sigma, 1 - sigma, sigma}), kTol);
+  }
+  SUBCASE("causal mask: token 0 sees only itself") {
+    auto b = build(one_layer(1, 2, 2, R"({"type": "attention", "num_heads": 1, "causal": true})"));
+    identity_attention(b.model, 2, zero, zero, zero, zero);
+    CHECK_MAX_ABS_LE(run64(b.model, x), mat(2, 2, {1, 0, 1 - sigma, sigma}), kTol);
+  }
+  SUBCASE("biases: b_Q (1,0), b_K (3,-7) shifts whole rows, b_V (0,1), b_O (0.5,0.5)") {
+    // q0 = (2,0), q1 = (1,1); k = x + b_K adds q_i . b_K to row i only. Row 0 scores
+    // (2, 0)/sqrt 2 -> p0 = 1/(1 + exp(-sqrt 2)); row 1 scores equal -> (1/2, 1/2).
+    // v0 = (1,1), v1 = (0,2): ctx0 = (p0, 2 - p0), ctx1 = (1/2, 3/2); out = ctx + b_O.
+    auto b = build(one_layer(1, 2, 2, R"({"type": "attention", "num_heads": 1})"));
+    identity_attention(b.model, 2, col({1, 0}), col({3, -7}), col({0, 1}), col({0.5, 0.5}));
+    const double p0 = 1 / (1 + std::exp(-std::sqrt(2.0)));
+    CHECK_MAX_ABS_LE(run64(b.model, x), mat(2, 2, {p0 + 0.5, 2 - p0 + 0.5, 1.0, 2.0}), kTol);
+  }
+  SUBCASE("two heads split the features into halves") {
+    // F = 4, d = 2. Head 0 sees (e0, e1) as above; head 1 sees (e1, e0).
+    auto b = build(one_layer(1, 2, 4, R"({"type": "attention", "num_heads": 2})"));
+    const Mat z = Mat::Zero(4, 1);
+    identity_attention(b.model, 4, z, z, z, z);
+    CHECK_MAX_ABS_LE(run64(b.model, mat(2, 4, {1, 0, 0, 1, 0, 1, 1, 0})),
+                     mat(2, 4, {sigma, 1 - sigma, 1 - sigma, sigma, 1 - sigma, sigma, sigma, 1 - sigma}), kTol);
+  }
+  SUBCASE("batch 2 of 1 token: each token attends only to itself, so out = v W_O^T + b_O") {
+    auto b = build(one_layer(2, 1, 2, R"({"type": "attention", "num_heads": 1})"));
+    identity_attention(b.model, 2, col({5, 5}), col({-1, 2}), col({0, 1}), col({0.5, 0}));
+    CHECK_MAX_ABS_LE(run64(b.model, mat(2, 2, {1, 2, 3, 4})), mat(2, 2, {1.5, 3, 3.5, 5}), kTol);
+  }
+}
+
+TEST_CASE("forward: rope rotates half-split pairs by position times 10000^(-2i/d)") {
+  // d = 4, half = 2: pair (0, 2) turns by t * 1 rad, pair (1, 3) by t * 0.01 rad.
+  const double c1 = 0.5403023058681398, s1 = 0.8414709848078965;
+  const double c2 = 0.9999500004166653, s2 = 0.009999833334166664;
+  SUBCASE("tables at positions 0 and 1") {
+    Mat ct, st;
+    rope_tables(2, 4, ct, st);
+    CHECK_MAX_ABS_LE(ct, mat(2, 2, {1, 1, c1, c2}), kTol);
+    CHECK_MAX_ABS_LE(st, mat(2, 2, {0, 0, s1, s2}), kTol);
+  }
+  SUBCASE("position 0 is unchanged, position 1 is rotated") {
+    Mat z = mat(2, 4, {1, 2, 3, 4, 1, 2, 3, 4});
+    rope_rotate(z, 1, 2, 1);
+    CHECK_MAX_ABS_LE(z, mat(2, 4, {1, 2, 3, 4,
+                                   1 * c1 - 3 * s1, 2 * c2 - 4 * s2, 3 * c1 + 1 * s1, 4 * c2 + 2 * s2}), kTol);
+  }
+  SUBCASE("each head rotates its own half-split pairs") {
+    // 2 heads of d = 2: one pair per head, (0,1) and (2,3), both at frequency 1.
+    Mat z = mat(2, 4, {0, 0, 0, 0, 1, 0, 0, 1});
+    rope_rotate(z, 1, 2, 2);
+    CHECK_MAX_ABS_LE(z, mat(2, 4, {0, 0, 0, 0, c1, s1, -s1, c1}), kTol);
+  }
+  SUBCASE("inside attention: q and k are rotated, v is not") {
+    // F = 4, 1 head, x = e0 at position 0 and e2 at position 1. Rotated k1 = (-sin 1, 0, cos 1, 0),
+    // so scores / 2: row 0 (1, -sin 1)/2, row 1 (-sin 1, 1)/2 (q1 . k1 = 1). v = x unrotated.
+    auto b = build(one_layer(1, 2, 4, R"({"type": "attention", "num_heads": 1, "rope": true})"));
+    const Mat z = Mat::Zero(4, 1);
+    identity_attention(b.model, 4, z, z, z, z);
+    const double p01 = 1 / (1 + std::exp((1 + s1) / 2));  // weight of key 1 in row 0
+    const double p11 = 1 / (1 + std::exp(-(1 + s1) / 2));
+    CHECK_MAX_ABS_LE(run64(b.model, mat(2, 4, {1, 0, 0, 0, 0, 0, 1, 0})),
+                     mat(2, 4, {1 - p01, 0, p01, 0, 1 - p11, 0, p11, 0}), kTol);
+  }
+}
+
+TEST_CASE("forward: float32 and float64 forwards of the same model agree to 1e-5 relative") {
+  // Relative Frobenius error; float32 unit roundoff is 6e-8, so 1e-5 leaves room for depth.
+  constexpr double kRel = 1e-5;
+  for (const char* name : {"default", "postnorm-transformer", "causal-decoder-layer", "norm-zoo",
+                           "prenorm-transformer-rope"}) {
+    INFO("name := " << std::string(name));
+    const Preset* p = find_preset(name);
+    REQUIRE(p != nullptr);
+    auto b = build(p->config);
+    const Mat x = draw_input(b.config, 0);
+    const Mat y64 = run64(b.model, x);
+    const MatT<float> y32 = forward<float>(b.model, cast_weights<float>(b.model), MatT<float>(x.cast<float>()));
+    const double rel = (y32.cast<double>() - y64).norm() / y64.norm();
+    CHECK_LE_TOL(rel, kRel, "relative float32 vs float64 difference");
+    CHECK_GT_TOL(y64.norm(), 0.0, "output norm");
+  }
+}

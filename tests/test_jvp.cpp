@@ -1,0 +1,215 @@
+// Forward-mode derivatives against central finite differences, and the trailing linear maps.
+//
+// For a bias p and a direction u (broadcast to every token), jvp() must equal
+//   (f(p + h u) - f(p - h u)) / (2 h),  h = 1e-6, in float64.
+// The truncation error is O(h^2) ~ 1e-12 and the rounding error ~ 1e-16 |f| / h ~ 1e-10, so a
+// tolerance of 1e-6 relative to max(1, max |jvp|) separates a wrong derivative from noise.
+#include <string>
+#include <vector>
+
+#include "core/jvp.hpp"
+#include "core/rng.hpp"
+#include "support.hpp"
+
+using namespace biaslab;
+using biaslab::test::build;
+using biaslab::test::param_index;
+
+namespace {
+
+constexpr double kStep = 1e-6;
+constexpr double kRelTol = 1e-6;
+
+std::string net(int batch, int tokens, int features, const std::string& layers) {
+  return R"({"version": 1, "seed": 5, "shape": {"batch": )" + std::to_string(batch) +
+         R"(, "tokens": )" + std::to_string(tokens) + R"(, "features": )" +
+         std::to_string(features) + R"(}, "layers": [)" + layers + "]}";
+}
+
+// Checks jvp() of every bias-like parameter of the config against central differences, with
+// two directions per parameter batched in one call (n = 2).
+void check_all_biases(const std::string& text) {
+  auto b = build(text);
+  const Model& m = b.model;
+  const Mat x = draw_input(b.config, 0);
+  const Weights<double> w = cast_weights<double>(m);
+  Trace trace;
+  const Mat y = forward<double>(m, w, x, {}, &trace);
+  const Eigen::Index N = x.rows();
+  int checked = 0;
+  for (size_t pi = 0; pi < m.params.size(); ++pi) {
+    const ModelParam& p = m.params[pi];
+    if (!is_bias_like(p.role)) continue;
+    CAPTURE(p.name);
+    const int n = 2, size = static_cast<int>(p.value.size());
+    Rng rng(17, p.name);
+    Mat dirs(size, n);
+    for (int i = 0; i < size; ++i)
+      for (int a = 0; a < n; ++a) dirs(i, a) = rng.normal();
+    Seed seed{static_cast<int>(pi), Mat(n * N, size)};
+    for (int a = 0; a < n; ++a) seed.values.middleRows(a * N, N) = dirs.col(a).transpose().replicate(N, 1);
+    const Mat d = jvp(m, trace, seed, n, static_cast<int>(m.ops.size()));
+    REQUIRE(d.rows() == n * N);
+    REQUIRE(d.cols() == y.cols());
+    for (int a = 0; a < n; ++a) {
+      CAPTURE(a);
+      const Mat plus = p.value + kStep * dirs.col(a), minus = p.value - kStep * dirs.col(a);
+      const Mat fd = (forward<double>(m, w, x, {static_cast<int>(pi), &plus}) -
+                      forward<double>(m, w, x, {static_cast<int>(pi), &minus})) / (2 * kStep);
+      const Mat da = d.middleRows(a * N, N);
+      const double scale = std::max(1.0, da.cwiseAbs().maxCoeff());
+      const double err = (da - fd).cwiseAbs().maxCoeff();
+      INFO("max |jvp| " << da.cwiseAbs().maxCoeff() << ", max |fd| " << fd.cwiseAbs().maxCoeff());
+      CHECK_LE_TOL(err, kRelTol * scale, "max |jvp - central difference|");
+    }
+    ++checked;
+  }
+  CHECK(checked > 0);
+}
+
+}  // namespace
+
+TEST_CASE("jvp: a linear bias matches central differences through linear, relu and gelu") {
+  SUBCASE("linear alone") { check_all_biases(net(2, 3, 4, R"({"type": "linear"})")); }
+  SUBCASE("linear, relu, linear") {
+    check_all_biases(net(2, 3, 4, R"({"type": "linear", "out_features": 6}, {"type": "relu"}, {"type": "linear"})"));
+  }
+  SUBCASE("gelu exact") {
+    check_all_biases(net(2, 3, 4, R"({"type": "linear"}, {"type": "gelu"}, {"type": "linear", "out_features": 3})"));
+  }
+  SUBCASE("gelu tanh") {
+    check_all_biases(net(2, 3, 4, R"({"type": "linear"}, {"type": "gelu", "approximate": "tanh"}, {"type": "linear"})"));
+  }
+  SUBCASE("softmax over features") {
+    check_all_biases(net(2, 3, 4, R"({"type": "linear"}, {"type": "softmax"}, {"type": "linear"})"));
+  }
+  SUBCASE("1 feature, 1 token, batch 1") {
+    check_all_biases(net(1, 1, 1, R"({"type": "linear"}, {"type": "gelu"}, {"type": "linear"})"));
+  }
+}
+
+TEST_CASE("jvp: norm shifts and the bias before each norm match central differences") {
+  // Linear -> norm -> Linear: the first bias goes through the norm's JVP, the shift enters it.
+  auto around = [](const std::string& norm) {
+    return R"({"type": "linear"}, )" + norm + R"(, {"type": "linear", "out_features": 5})";
+  };
+  SUBCASE("layernorm") { check_all_biases(net(2, 3, 8, around(R"({"type": "layernorm"})"))); }
+  SUBCASE("rmsnorm (gain only)") { check_all_biases(net(2, 3, 8, around(R"({"type": "rmsnorm"})"))); }
+  SUBCASE("batchnorm train") { check_all_biases(net(2, 3, 8, around(R"({"type": "batchnorm"})"))); }
+  SUBCASE("batchnorm eval") { check_all_biases(net(2, 3, 8, around(R"({"type": "batchnorm", "mode": "eval"})"))); }
+  SUBCASE("groupnorm, 2 groups") { check_all_biases(net(2, 3, 8, around(R"({"type": "groupnorm", "num_groups": 2})"))); }
+  SUBCASE("groupnorm, 1 group") { check_all_biases(net(2, 3, 8, around(R"({"type": "groupnorm", "num_groups": 1})"))); }
+  SUBCASE("instancenorm with affine") {
+    check_all_biases(net(2, 3, 8, around(R"({"type": "instancenorm", "affine": true})")));
+  }
+  SUBCASE("norms in a row, ending in a norm") {
+    check_all_biases(net(3, 2, 4, R"({"type": "linear"}, {"type": "layernorm"}, {"type": "batchnorm"},
+                                     {"type": "groupnorm", "num_groups": 2}, {"type": "instancenorm", "affine": true})"));
+  }
+  SUBCASE("batch 1, 1 token: batch and instance statistics are degenerate") {
+    check_all_biases(net(1, 1, 4, R"({"type": "linear"}, {"type": "batchnorm"}, {"type": "linear"},
+                                     {"type": "instancenorm", "affine": true}, {"type": "linear"})"));
+  }
+}
+
+TEST_CASE("jvp: attention q/k/v/o biases match central differences") {
+  SUBCASE("plain") { check_all_biases(net(2, 4, 8, R"({"type": "attention", "num_heads": 2})")); }
+  SUBCASE("causal") { check_all_biases(net(2, 4, 8, R"({"type": "attention", "num_heads": 2, "causal": true})")); }
+  SUBCASE("rope") { check_all_biases(net(2, 4, 8, R"({"type": "attention", "num_heads": 2, "rope": true})")); }
+  SUBCASE("causal and rope") {
+    check_all_biases(net(2, 4, 8, R"({"type": "attention", "num_heads": 2, "causal": true, "rope": true})"));
+  }
+  SUBCASE("a bias before attention flows through all of q, k and v") {
+    check_all_biases(net(2, 4, 8, R"({"type": "linear"}, {"type": "attention", "num_heads": 4, "rope": true},
+                                     {"type": "attention", "num_heads": 1, "causal": true})"));
+  }
+  SUBCASE("1 token, batch 1") { check_all_biases(net(1, 1, 4, R"({"type": "attention", "num_heads": 2})")); }
+}
+
+TEST_CASE("jvp: biases inside residual blocks match central differences") {
+  SUBCASE("pre-norm transformer layer") {
+    check_all_biases(net(2, 4, 8, R"({"type": "residual", "body": [{"type": "layernorm"}, {"type": "attention", "num_heads": 2}]},
+       {"type": "residual", "body": [{"type": "layernorm"}, {"type": "linear", "out_features": 16},
+                                     {"type": "gelu"}, {"type": "linear", "out_features": 8}]})"));
+  }
+  SUBCASE("post-norm transformer layer") {
+    check_all_biases(net(2, 4, 8, R"({"type": "residual", "body": [{"type": "attention", "num_heads": 2}]}, {"type": "layernorm"},
+       {"type": "residual", "body": [{"type": "linear", "out_features": 16}, {"type": "relu"},
+                                     {"type": "linear", "out_features": 8}]}, {"type": "layernorm"})"));
+  }
+  SUBCASE("nested residuals with rmsnorm") {
+    check_all_biases(net(2, 3, 4, R"({"type": "linear"}, {"type": "residual", "body": [{"type": "rmsnorm"},
+       {"type": "residual", "body": [{"type": "linear"}, {"type": "softmax"}]}, {"type": "linear"}]}, {"type": "rmsnorm"})"));
+  }
+}
+
+TEST_CASE("jvp: trailing_cut finds the per-token linear tail and trailing_map is that tail") {
+  // A tangent entering at `start` and pushed to the cut, then through A, must equal the tangent
+  // pushed to the output: A is the tail's Jacobian per token.
+  auto check_map = [](const biaslab::test::Built& b, const std::string& bias, int expected_cut) {
+    const Model& m = b.model;
+    const int pi = param_index(m, bias);
+    const int start = m.params[pi].op;
+    const int cut = trailing_cut(m, start);
+    CAPTURE(bias);
+    CHECK(cut == expected_cut);
+    const int end = static_cast<int>(m.ops.size());
+    if (cut >= end) return;
+    const Mat A = trailing_map(m, start, cut);
+    REQUIRE(A.rows() == m.out_features);
+    REQUIRE(A.cols() == m.ops[cut].in);
+    const Mat x = draw_input(b.config, 0);
+    Trace trace;
+    forward<double>(m, cast_weights<double>(m), x, {}, &trace);
+    Rng rng(3, bias);
+    Seed seed{pi, Mat(x.rows(), m.params[pi].value.size())};
+    for (Eigen::Index i = 0; i < seed.values.size(); ++i) seed.values.data()[i] = rng.normal();
+    const Mat at_cut = jvp(m, trace, seed, 1, cut);
+    const Mat at_end = jvp(m, trace, seed, 1, end);
+    CHECK_MAX_ABS_LE(Mat(at_cut * A.transpose()), at_end, 1e-12 * std::max(1.0, at_end.cwiseAbs().maxCoeff()));
+    return;
+  };
+  SUBCASE("linear, relu, linear, batchnorm eval, linear: cut after the relu, A = W4 diag(s) W2") {
+    auto b = build(net(1, 2, 4, R"({"type": "linear"}, {"type": "relu"}, {"type": "linear", "out_features": 3},
+                                   {"type": "batchnorm", "mode": "eval"}, {"type": "linear", "out_features": 2})"));
+    check_map(b, "layers.0.bias", 2);
+    const Model& m = b.model;
+    const Mat& W2 = m.params[param_index(m, "layers.2.weight")].value;
+    const Mat& W4 = m.params[param_index(m, "layers.4.weight")].value;
+    const Mat& g = m.params[param_index(m, "layers.3.weight")].value;
+    const Mat& var = m.params[param_index(m, "layers.3.running_var")].value;
+    const Vec s = g.col(0).array() / (var.col(0).array() + 1e-5).sqrt();
+    CHECK_MAX_ABS_LE(trailing_map(m, 0, 2), Mat(W4 * s.asDiagonal() * W2), 1e-12);
+    // A bias after the relu: the tail starts right after it.
+    check_map(b, "layers.2.bias", 3);
+    check_map(b, "layers.3.bias", 4);
+    // The last op's bias: the tail is empty.
+    check_map(b, "layers.4.bias", 5);
+  }
+  SUBCASE("a residual block after the nonlinearity: A = I + W") {
+    auto b = build(net(1, 2, 4, R"({"type": "linear"}, {"type": "relu"}, {"type": "residual", "body": [{"type": "linear"}]})"));
+    // ops: 0 linear, 1 relu, 2 begin, 3 linear, 4 end
+    check_map(b, "layers.0.bias", 2);
+    const Model& m = b.model;
+    const Mat& W = m.params[param_index(m, "layers.2.body.0.weight")].value;
+    CHECK_MAX_ABS_LE(trailing_map(m, 0, 2), Mat(Mat::Identity(4, 4) + W), 1e-12);
+  }
+  SUBCASE("a cut inside a residual body would lose the skip path: no cut") {
+    auto b = build(net(1, 2, 4, R"({"type": "linear"}, {"type": "relu"}, {"type": "residual", "body": [{"type": "relu"}, {"type": "linear"}]})"));
+    check_map(b, "layers.0.bias", static_cast<int>(b.model.ops.size()));
+  }
+  SUBCASE("a skip pushed before the bias carries no tangent: the tail may start inside the body") {
+    auto b = build(net(1, 2, 4, R"({"type": "residual", "body": [{"type": "linear"}, {"type": "relu"}, {"type": "linear"}]},
+                                   {"type": "linear", "out_features": 3})"));
+    // ops: 0 begin, 1 linear, 2 relu, 3 linear, 4 end, 5 linear; A = W5 W3 (the add gets no tangent)
+    check_map(b, "layers.0.body.0.bias", 3);
+    const Model& m = b.model;
+    const Mat& W3 = m.params[param_index(m, "layers.0.body.2.weight")].value;
+    const Mat& W5 = m.params[param_index(m, "layers.1.weight")].value;
+    CHECK_MAX_ABS_LE(trailing_map(m, 1, 3), Mat(W5 * W3), 1e-12);
+  }
+  SUBCASE("a nonlinear last op: no tail") {
+    auto b = build(net(1, 2, 4, R"({"type": "linear"}, {"type": "linear"}, {"type": "gelu"})"));
+    check_map(b, "layers.0.bias", static_cast<int>(b.model.ops.size()));
+  }
+}
