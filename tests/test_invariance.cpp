@@ -202,17 +202,12 @@ TEST_CASE("invariance: the model permutation law checked directly by reversing t
 }
 
 // ---------------------------------------------------------------------------------------------
-// Known engine bugs in the probes (analyze.cpp, not editable on this branch). These cases state
-// the correct behaviour and are marked should_fail until analyze.cpp is fixed; then doctest
-// reports them as failing "should have failed", and the marker must be removed.
+// Degenerate sizes: a permutation that moves nothing proves nothing, and a set with one value
+// must not be probed with eps = 0 (0 / 0).
 
-TEST_CASE("invariance: a positional attention never reports a disagreement because the probe's permutation was the identity"
-          * doctest::should_fail()) {
-  // analyse_invariances draws a random permutation of the T tokens; with T = 1 it is always the
-  // identity, and with T = 2 it is the identity for half of the seeds (seed 2 here). Permuting by
-  // the identity changes nothing, so a causal or RoPE attention "holds" and the row reports
-  // agrees = false although the attention is positional. The probe needs a non-identity
-  // permutation (T >= 2) and cannot test positions at T = 1.
+TEST_CASE("invariance: a positional attention never reports a disagreement because the probe's permutation was the identity") {
+  // A random permutation of T = 2 tokens is the identity for half of the seeds (seed 2 here);
+  // the probe must move a token, and with T = 1 it cannot, so no permutation row may disagree.
   for (int tokens : {1, 2}) {
     for (const char* pos : {R"("causal": true)", R"("rope": true)"}) {
       CAPTURE(tokens);
@@ -226,12 +221,10 @@ TEST_CASE("invariance: a positional attention never reports a disagreement becau
   }
 }
 
-TEST_CASE("invariance: the scale probe of a norm whose sets have zero variance is finite and agrees"
-          * doctest::should_fail()) {
-  // The scale probe runs the norm with eps = 0. A set with a single element (LayerNorm over 1
-  // feature; BatchNorm with batch 1 and 1 token; InstanceNorm with 1 token) has variance 0, so
-  // it computes 0 / 0: max_abs_delta is null, holds = false and agrees = false, although the
-  // norm (with its eps) maps every such input to its shift and is trivially scale invariant.
+TEST_CASE("invariance: the scale probe of a norm whose sets have zero variance is finite and agrees") {
+  // The scale probe runs the norm with eps = 0, except where a set has a single element
+  // (LayerNorm over 1 feature; BatchNorm with batch 1 and 1 token; InstanceNorm with 1 token):
+  // there the norm with its eps maps every input to its shift, trivially scale invariant.
   struct Case { const char* layer; int batch, tokens, features; const char* probe; };
   for (const Case& c : {Case{R"({"type": "layernorm"})", 2, 3, 1, "norm: scale the input per token"},
                         Case{R"({"type": "batchnorm"})", 1, 1, 4, "norm: scale the input per feature, across batch and tokens"},

@@ -235,8 +235,10 @@ json analyse_biases(Context& c) {
                       "change the output under a finite perturbation: the redundancy is local only (for example "
                       "units that no sampled input activates)";
       else
-        row["note"] = "the perturbation's effect stays below the noise floor although the structure finds " +
-                      std::to_string(n - k) + " effective directions: the effect is smaller than rounding here";
+        row["note"] = "on this input the perturbation's effect stays below the noise floor although, over " +
+                      std::to_string(st.samples) + " inputs, the structure finds " + std::to_string(n - k) +
+                      " effective directions: this input does not exercise them (inactive units, or an effect "
+                      "smaller than rounding)";
     }
     const std::string dirs = describe_directions(c.model, p, st);
     row["why"] = explain(c.model, p, k, n, dirs);
@@ -296,8 +298,11 @@ json analyse_folds(Context& c, json& biases) {
       for (const auto& mv : a.moves)
         for (auto& b : biases)
           if (b["param"] == mv.from && mv.to != mv.from) {
-            if (!mv.to.empty()) b["absorbed_by"] = mv.to;
-            b["folds"].push_back(cands[i].rule->id);
+            if (!mv.to.empty()) {
+              if (b["absorbed_by"].is_null()) b["absorbed_by"] = mv.to;
+              b["absorbed_into"].push_back(mv.to);
+            }
+            if (b["folds"].empty() || b["folds"].back() != cands[i].rule->id) b["folds"].push_back(cands[i].rule->id);
           }
     rows.push_back(row);
   }
@@ -367,12 +372,18 @@ json analyse_invariances(Context& c) {
   std::vector<Probe> probes;
   Trace trace;
   forward<double>(m, c.ev->weights64(), c.ev->input(), {}, &trace);
+  // A random permutation that moves at least one token (with one token none exists, and the
+  // permutation probes are left out).
   std::vector<int> perm(T);
   std::iota(perm.begin(), perm.end(), 0);
   {
     Rng rng(c.cfg.seed, "permutation");
     for (int i = T - 1; i > 0; --i) std::swap(perm[i], perm[static_cast<int>(rng.next() % (i + 1))]);
+    bool identity = true;
+    for (int t = 0; t < T; ++t) identity = identity && perm[t] == t;
+    if (identity && T > 1) std::swap(perm[0], perm[1]);
   }
+  const bool can_permute = T > 1;
   const auto& wf = c.ev->weights32();
   const auto& wd = c.ev->weights64();
   const DType dt = m.dtype;
@@ -381,8 +392,8 @@ json analyse_invariances(Context& c) {
     const Op& op = m.ops[i];
     const Mat& xd = trace.inputs[i];
     const MatT<float> xf = xd.cast<float>();
-    if (op.kind == OpKind::attention) {
-      positional = positional || op.causal || op.rope;
+    if (op.kind == OpKind::attention) positional = positional || op.causal || op.rope;
+    if (op.kind == OpKind::attention && can_permute) {
       const std::string exp_note = op.causal ? "a causal mask breaks it" : op.rope ? "RoPE breaks it" : "";
       const Eval base = combine_eval(dt, attention_core<float>(m, op, wf, xf, xf, B),
                                      attention_core<double>(m, op, wd, xd, xd, B));
@@ -431,13 +442,23 @@ json analyse_invariances(Context& c) {
       const bool scaled = op.norm != NormKind::batch_eval;
       probes.push_back({"norm: shift the input " + what, op.layer, "x -> x + c", centred ? "invariant" : "changes",
                         "", Evaluator::compare(run(op, xd), run(op, xd + shift))});
+      const int set_size = op.norm == NormKind::layer || op.norm == NormKind::rms ? F
+                           : op.norm == NormKind::instance                   ? T
+                           : op.norm == NormKind::group                      ? T * (F / op.groups)
+                                                                             : N;
+      // With one value per set, eps = 0 would divide 0 by 0; the norm (with its eps) then maps
+      // every input to its shift, which is trivially scale invariant.
+      const bool single = set_size == 1 && op.norm != NormKind::batch_eval;
+      const Op& probe_op = single ? op : exact;
       probes.push_back({"norm: scale the input " + what, op.layer, "x -> s x (s > 0)",
-                        scaled ? "invariant" : "changes", "eps set to 0 (eps > 0 breaks exact scale invariance)",
-                        Evaluator::compare(run(exact, xd), run(exact, Mat(xd.cwiseProduct(scale))))});
+                        scaled ? "invariant" : "changes",
+                        single ? "one value per set: the output is the shift whatever the input"
+                               : "eps set to 0 (eps > 0 breaks exact scale invariance)",
+                        Evaluator::compare(run(probe_op, xd), run(probe_op, Mat(xd.cwiseProduct(scale))))});
     }
   }
   // The whole model: permuting tokens permutes the output unless positions enter somewhere.
-  {
+  if (can_permute) {
     const MatT<float> xf = c.ev->input().cast<float>();
     const Mat pd = permute_tokens(c.ev->input(), perm, B);
     const MatT<float> pf = pd.cast<float>();
@@ -522,8 +543,8 @@ json analyze(const ExperimentConfig& cfg, const AnalyzeOptions& opt) {
         {"output_rounding", num(base.rounding)},
         {"output_max_abs", num(base.y.cwiseAbs().maxCoeff())},
         {"method", cfg.dtype == DType::float32
-                       ? "max |float32 - float64| of the same forward, measured per comparison; floor = 2 (r1 + r2)"
-                       : "max |float32 - float64| of the same forward scaled by 2^-29 (float64/float32 unit roundoff), measured per comparison; floor = 2 (r1 + r2)"}};
+                       ? "max |float32 - float64| of the same forward, measured per comparison; floor = 4 (r1 + r2)"
+                       : "max |float32 - float64| of the same forward scaled by 2^-29 (float64/float32 unit roundoff), measured per comparison; floor = 4 (r1 + r2)"}};
     json timing = json::object();
     double mark = ms();
     auto lap = [&](const char* what) {

@@ -79,8 +79,10 @@ void apply_norm_affine(Seq& s, int i, const std::string& prefix, FoldApplied& ou
                                        ? std::vector<std::string>{""}
                                        : std::vector<std::string>{"q_proj.", "k_proj.", "v_proj."};
   for (const auto& p : projs) fold_into(p);
-  out.moves.push_back({nn + ".weight", xn + "." + projs[0] + "weight"});
-  if (beta.size()) out.moves.push_back({nn + ".bias", xn + "." + projs[0] + "bias"});
+  // Into a Linear: its weight and bias; into attention: the q, k and v projections alike.
+  for (const auto& p : projs) out.moves.push_back({nn + ".weight", xn + "." + p + "weight"});
+  if (beta.size())
+    for (const auto& p : projs) out.moves.push_back({nn + ".bias", xn + "." + p + "bias"});
   out.dof_removed = static_cast<int>(g.size() + beta.size());
   nrm.cfg.elementwise_affine = false;
   nrm.params.clear();

@@ -1,5 +1,6 @@
 #include "core/measure.hpp"
 
+#include <algorithm>
 #include <cmath>
 
 namespace biaslab {
@@ -9,12 +10,16 @@ Eval combine_eval(DType dtype, const MatT<float>& y32, const Mat& y64) {
   const Mat y32d = y32.cast<double>();
   e.finite = y32d.allFinite() && y64.allFinite();
   const double diff = e.finite ? (y32d - y64).cwiseAbs().maxCoeff() : 0.0;
+  // Never below one unit roundoff of the largest output: the last rounding of the result
+  // alone can move it that far, which a lucky float32/float64 pair may not show.
+  const double u = dtype == DType::float32 ? 0x1.0p-24 : 0x1.0p-53;
+  const double ymax = e.finite ? y64.cwiseAbs().maxCoeff() : 0.0;
   if (dtype == DType::float32) {
     e.y = y32d;
-    e.rounding = diff;
+    e.rounding = std::max(diff, u * ymax);
   } else {
     e.y = y64;
-    e.rounding = diff * kRoundoffRatio;
+    e.rounding = std::max(diff * kRoundoffRatio, u * ymax);
   }
   return e;
 }
