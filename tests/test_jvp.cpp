@@ -51,6 +51,12 @@ void check_all_biases(const std::string& text) {
     const Mat d = jvp(m, trace, seed, n, static_cast<int>(m.ops.size()));
     REQUIRE(d.rows() == n * N);
     REQUIRE(d.cols() == y.cols());
+    // The same directions in broadcast form (one row per direction) give the same tangents.
+    const Seed compact{static_cast<int>(pi), Mat(dirs.transpose()), true};
+    const Mat db = jvp(m, trace, compact, n, static_cast<int>(m.ops.size()));
+    REQUIRE(db.rows() == d.rows());
+    const double bc_err = (db - d).cwiseAbs().maxCoeff();
+    CHECK_LE_TOL(bc_err, 1e-12 * std::max(1.0, d.cwiseAbs().maxCoeff()), "max |jvp(broadcast seed) - jvp(dense seed)|");
     for (int a = 0; a < n; ++a) {
       CAPTURE(a);
       const Mat plus = p.value + kStep * dirs.col(a), minus = p.value - kStep * dirs.col(a);

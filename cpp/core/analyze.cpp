@@ -195,7 +195,9 @@ json analyse_biases(Context& c) {
     const int pi = c.bias_params[bi];
     const ModelParam& p = c.model.params[pi];
     c.step("structure of " + p.name, 0.05 + 0.6 * bi / std::max(1, nb));
+    const auto t_solve = std::chrono::steady_clock::now();
     const Structure st = c.solver->solve(pi, c.opt.cancelled);
+    const double solve_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t_solve).count();
     if (c.opt.cancelled && c.opt.cancelled()) throw Cancelled{};
     const int n = st.size, k = st.redundant_dim;
     const Vec u = unit_rms_direction(c.cfg.seed, "perturb." + p.name, n);
@@ -245,7 +247,7 @@ json analyse_biases(Context& c) {
     row["directions"] = dirs;
     row["absorbed_by"] = nullptr;
     if (!parts.empty()) row["parts"] = parts;
-    row["structure"] = {{"samples", st.samples},        {"clusters", st.clusters},
+    row["structure"] = {{"samples", st.samples},        {"clusters", st.clusters}, {"ms", solve_ms},
                         {"rank_history", st.rank_history},
                         {"null_sigma_max", num(st.null_max)},
                         {"kept_sigma_min", num(st.kept_min)},

@@ -12,10 +12,13 @@ const MatT<S>& param(const Weights<S>& w, Override<S> ov, int i) {
   return i == ov.index ? *ov.value : w[i];
 }
 
-// y = x W^T + b. x: (N, in), W: (out, in), b: (out, 1) or absent.
+// y = x W^T + b. x: (N, in), W: (out, in), b: (out, 1) or absent. `pre`: x W^T already
+// computed; `product`: receives x W^T.
 template <class S>
-MatT<S> linear(const MatT<S>& x, const MatT<S>& W, const MatT<S>* b) {
-  MatT<S> y = x * W.transpose();
+MatT<S> linear(const MatT<S>& x, const MatT<S>& W, const MatT<S>* b, const MatT<S>* pre = nullptr,
+               MatT<S>* product = nullptr) {
+  MatT<S> y = pre ? *pre : MatT<S>(x * W.transpose());
+  if (product) *product = y;
   if (b) y.rowwise() += b->col(0).transpose();
   return y;
 }
@@ -144,13 +147,17 @@ void rope_tables(int tokens, int head_dim, Mat& cos_t, Mat& sin_t) {
 
 template <class S>
 MatT<S> attention_core(const Model& m, const Op& op, const Weights<S>& w, const MatT<S>& xq,
-                       const MatT<S>& xkv, int batch, AttentionCache* cache, Override<S> ov) {
+                       const MatT<S>& xkv, int batch, AttentionCache* cache, Override<S> ov,
+                       const std::vector<MatT<S>>* pre, std::vector<MatT<S>>* products) {
   auto opt = [&](int i) { return i >= 0 ? &param(w, ov, i) : nullptr; };
   const int F = op.in, H = op.heads, d = F / H;
   const int Tq = static_cast<int>(xq.rows()) / batch, Tk = static_cast<int>(xkv.rows()) / batch;
-  MatT<S> q = linear<S>(xq, param(w, ov, op.wq), opt(op.bq));
-  MatT<S> k = linear<S>(xkv, param(w, ov, op.wk), opt(op.bk));
-  MatT<S> v = linear<S>(xkv, param(w, ov, op.wv), opt(op.bv));
+  if (products) products->assign(3, MatT<S>());
+  auto pre_i = [&](int i) { return pre ? &(*pre)[i] : nullptr; };
+  auto out_i = [&](int i) { return products ? &(*products)[i] : nullptr; };
+  MatT<S> q = linear<S>(xq, param(w, ov, op.wq), opt(op.bq), pre_i(0), out_i(0));
+  MatT<S> k = linear<S>(xkv, param(w, ov, op.wk), opt(op.bk), pre_i(1), out_i(1));
+  MatT<S> v = linear<S>(xkv, param(w, ov, op.wv), opt(op.bv), pre_i(2), out_i(2));
   if (op.rope) {
     apply_rope(q, batch, Tq, H);
     apply_rope(k, batch, Tk, H);
@@ -181,10 +188,13 @@ MatT<S> attention_core(const Model& m, const Op& op, const Weights<S>& w, const 
 
 template <class S>
 MatT<S> op_forward(const Model& m, const Op& op, const Weights<S>& w, const MatT<S>& x,
-                   Override<S> ov, AttentionCache* cache) {
+                   Override<S> ov, AttentionCache* cache, const std::vector<MatT<S>>* pre,
+                   std::vector<MatT<S>>* products) {
   switch (op.kind) {
     case OpKind::linear:
-      return linear<S>(x, param(w, ov, op.w), op.b >= 0 ? &param(w, ov, op.b) : nullptr);
+      if (products) products->assign(1, MatT<S>());
+      return linear<S>(x, param(w, ov, op.w), op.b >= 0 ? &param(w, ov, op.b) : nullptr,
+                       pre ? &(*pre)[0] : nullptr, products ? &(*products)[0] : nullptr);
     case OpKind::norm:
       return norm<S>(op, w, ov, x, m.batch, static_cast<int>(x.rows()) / m.batch);
     case OpKind::activation:
@@ -196,7 +206,7 @@ MatT<S> op_forward(const Model& m, const Op& op, const Weights<S>& w, const MatT
       return y;
     }
     case OpKind::attention:
-      return attention_core<S>(m, op, w, x, x, m.batch, cache, ov);
+      return attention_core<S>(m, op, w, x, x, m.batch, cache, ov, pre, products);
     case OpKind::residual_begin:
     case OpKind::residual_end:
       return x;
@@ -209,11 +219,12 @@ namespace {
 // Runs ops [start, end) on h with the residual stack `skips`.
 template <class S>
 MatT<S> run_ops(const Model& m, const Weights<S>& w, MatT<S> h, std::vector<MatT<S>> skips, int start,
-                Override<S> ov, Trace* trace, OpInputs<S>* record) {
+                Override<S> ov, Trace* trace, Recording<S>* record,
+                const std::vector<MatT<S>>* start_products = nullptr) {
   for (size_t i = start; i < m.ops.size(); ++i) {
     const Op& op = m.ops[i];
     if (trace) trace->inputs[i] = h.template cast<double>();
-    if (record) (*record)[i] = h;
+    if (record) record->inputs[i] = h;
     switch (op.kind) {
       case OpKind::residual_begin:
         skips.push_back(h);
@@ -223,7 +234,9 @@ MatT<S> run_ops(const Model& m, const Weights<S>& w, MatT<S> h, std::vector<MatT
         skips.pop_back();
         break;
       default:
-        h = op_forward<S>(m, op, w, h, ov, trace ? &trace->attention[i] : nullptr);
+        h = op_forward<S>(m, op, w, h, ov, trace ? &trace->attention[i] : nullptr,
+                          static_cast<int>(i) == start ? start_products : nullptr,
+                          record ? &record->products[i] : nullptr);
     }
   }
   return h;
@@ -241,35 +254,44 @@ MatT<S> forward(const Model& m, const Weights<S>& w, const MatT<S>& x, Override<
 }
 
 template <class S>
-MatT<S> forward_recording(const Model& m, const Weights<S>& w, const MatT<S>& x, OpInputs<S>& record) {
-  record.assign(m.ops.size() + 1, MatT<S>());
-  MatT<S> y = run_ops<S>(m, w, x, {}, 0, {}, nullptr, &record);
-  record.back() = y;
+MatT<S> forward_recording(const Model& m, const Weights<S>& w, const MatT<S>& x, Recording<S>& rec) {
+  rec.inputs.assign(m.ops.size() + 1, MatT<S>());
+  rec.products.assign(m.ops.size(), {});
+  MatT<S> y = run_ops<S>(m, w, x, {}, 0, {}, nullptr, &rec);
+  rec.inputs.back() = y;
   return y;
 }
 
 template <class S>
-MatT<S> forward_from(const Model& m, const Weights<S>& w, const OpInputs<S>& recorded, int start,
+MatT<S> forward_from(const Model& m, const Weights<S>& w, const Recording<S>& rec, int start,
                      Override<S> ov) {
   // The skips still open at `start`: the inputs of residual begins before it whose end is not.
   std::vector<MatT<S>> skips;
   for (int i = 0; i < start; ++i)
-    if (m.ops[i].kind == OpKind::residual_begin && m.ops[i].partner >= start) skips.push_back(recorded[i]);
-  return run_ops<S>(m, w, recorded[start], std::move(skips), start, ov, nullptr, nullptr);
+    if (m.ops[i].kind == OpKind::residual_begin && m.ops[i].partner >= start) skips.push_back(rec.inputs[i]);
+  // The start op's products before biases still hold unless a weight of it is replaced.
+  const Op& op = m.ops[start];
+  const bool weight_replaced = ov.index >= 0 && (ov.index == op.w || ov.index == op.wq ||
+                                                 ov.index == op.wk || ov.index == op.wv);
+  const std::vector<MatT<S>>* pre =
+      !weight_replaced && !rec.products[start].empty() ? &rec.products[start] : nullptr;
+  return run_ops<S>(m, w, rec.inputs[start], std::move(skips), start, ov, nullptr, nullptr, pre);
 }
 
 #define BIASLAB_INSTANTIATE(S)                                                                 \
   template MatT<S> forward<S>(const Model&, const Weights<S>&, const MatT<S>&, Override<S>,     \
                               Trace*);                                                          \
   template MatT<S> forward_recording<S>(const Model&, const Weights<S>&, const MatT<S>&,        \
-                                        OpInputs<S>&);                                          \
-  template MatT<S> forward_from<S>(const Model&, const Weights<S>&, const OpInputs<S>&, int,    \
+                                        Recording<S>&);                                         \
+  template MatT<S> forward_from<S>(const Model&, const Weights<S>&, const Recording<S>&, int,    \
                                    Override<S>);                                                \
   template MatT<S> op_forward<S>(const Model&, const Op&, const Weights<S>&, const MatT<S>&,    \
-                                 Override<S>, AttentionCache*);                                 \
+                                 Override<S>, AttentionCache*, const std::vector<MatT<S>>*,     \
+                                 std::vector<MatT<S>>*);                                        \
   template MatT<S> attention_core<S>(const Model&, const Op&, const Weights<S>&,                \
                                      const MatT<S>&, const MatT<S>&, int, AttentionCache*,      \
-                                     Override<S>);
+                                     Override<S>, const std::vector<MatT<S>>*,                  \
+                                     std::vector<MatT<S>>*);
 BIASLAB_INSTANTIATE(float)
 BIASLAB_INSTANTIATE(double)
 #undef BIASLAB_INSTANTIATE

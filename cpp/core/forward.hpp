@@ -46,31 +46,40 @@ template <class S>
 MatT<S> forward(const Model& m, const Weights<S>& w, const MatT<S>& x, Override<S> ov = {},
                 Trace* trace = nullptr);
 
-// The input of every op of a forward pass in dtype S (for restarting part-way).
+// What a forward pass in dtype S leaves behind for restarting it part-way: the input of every op
+// (inputs[ops.size()] is the output) and each op's products before its biases are added
+// (linear: x W^T; attention: x Wq^T, x Wk^T, x Wv^T).
 template <class S>
-using OpInputs = std::vector<MatT<S>>;
+struct Recording {
+  std::vector<MatT<S>> inputs;
+  std::vector<std::vector<MatT<S>>> products;
+};
 
-// forward() that records each op's input into `record`.
 template <class S>
-MatT<S> forward_recording(const Model& m, const Weights<S>& w, const MatT<S>& x, OpInputs<S>& record);
+MatT<S> forward_recording(const Model& m, const Weights<S>& w, const MatT<S>& x, Recording<S>& rec);
 
-// Resumes a forward pass at op `start` from recorded op inputs (ops before `start` are unchanged,
-// e.g. when only a parameter of op `start` or later differs). Equal to forward() bit for bit.
+// Resumes a forward pass at op `start` (ops before it are unchanged, e.g. when only a parameter
+// of op `start` or later differs). When `ov` replaces a bias of op `start` its recorded products
+// are reused. Equal to forward() bit for bit.
 template <class S>
-MatT<S> forward_from(const Model& m, const Weights<S>& w, const OpInputs<S>& recorded, int start,
+MatT<S> forward_from(const Model& m, const Weights<S>& w, const Recording<S>& rec, int start,
                      Override<S> ov = {});
 
 // Single ops, exposed for the invariance probes and tests. x: (N, in).
+// `pre`: the op's products before biases, reused instead of recomputed; `products`: filled with
+// them (see Recording).
 template <class S>
 MatT<S> op_forward(const Model& m, const Op& op, const Weights<S>& w, const MatT<S>& x,
-                   Override<S> ov = {}, AttentionCache* cache = nullptr);
+                   Override<S> ov = {}, AttentionCache* cache = nullptr,
+                   const std::vector<MatT<S>>* pre = nullptr, std::vector<MatT<S>>* products = nullptr);
 
 // Attention with separate query and key/value sources (for permutation probes):
 // xq: (B*Tq, F), xkv: (B*Tk, F); returns the context before o_proj, (B*Tq, F).
 template <class S>
 MatT<S> attention_core(const Model& m, const Op& op, const Weights<S>& w, const MatT<S>& xq,
                        const MatT<S>& xkv, int batch, AttentionCache* cache = nullptr,
-                       Override<S> ov = {});
+                       Override<S> ov = {}, const std::vector<MatT<S>>* pre = nullptr,
+                       std::vector<MatT<S>>* products = nullptr);
 
 // In-place RoPE on (batch*tokens, F) rows (also used on tangents: the rotation is linear).
 void rope_rotate(Mat& z, int batch, int tokens, int heads);

@@ -7,6 +7,26 @@ namespace biaslab {
 
 namespace {
 
+// (n, F) broadcast rows -> (n*N, F): row a*N + r = row a.
+Mat expand(const Mat& b, Eigen::Index N) {
+  Mat out(b.rows() * N, b.cols());
+  for (Eigen::Index a = 0; a < b.rows(); ++a) out.middleRows(a * N, N) = b.row(a).replicate(N, 1);
+  return out;
+}
+
+// A tangent batch that may be in broadcast form.
+struct Tangent {
+  Mat v;
+  bool broadcast = false;
+  Mat dense(Eigen::Index N) const { return broadcast ? expand(v, N) : v; }
+};
+
+// a + b, staying broadcast when both are.
+Tangent add(const Tangent& a, const Tangent& b, Eigen::Index N) {
+  if (a.broadcast == b.broadcast) return {a.v + b.v, a.broadcast};
+  return {a.dense(N) + b.dense(N), false};
+}
+
 // Elements of a norm that share statistics ("sets"), as in forward.cpp: the set of element
 // (r, f) of an (N, F) input.
 struct NormSets {
@@ -108,16 +128,21 @@ double activation_derivative(const Op& op, double x) {
 //   dS = (dQ K^T + Q dK^T) / sqrt(d);  dP = P .* (dS - rowsum(P .* dS));  dC = dP V + P dV.
 // A head whose dQ, dK, dV are all exactly zero keeps an exactly zero dC.
 Mat attention_jvp(const Model& m, const Op& op, const Mat& x, const AttentionCache& c,
-                  const Mat* dx, const Seed& seed, int n) {
+                  const Tangent* dx, const Seed& seed, int n) {
   const int N = static_cast<int>(x.rows()), F = op.in, H = op.heads, d = F / H;
   const int B = m.batch, T = N / B;
   // Projections of the input tangent plus any seed; nullopt when exactly zero (not allocated).
   auto project = [&](int w, int b) -> std::optional<Mat> {
     const bool seeded = b >= 0 && b == seed.param;
     if (!dx && !seeded) return std::nullopt;
-    Mat out = dx ? Mat((*dx) * m.params[w].value.transpose()) : seed.values;
-    if (dx && seeded) out += seed.values;
-    return out;
+    // A broadcast input projects as one row per direction (N times less work).
+    Tangent out;
+    if (dx) out = {dx->v * m.params[w].value.transpose(), dx->broadcast};
+    if (seeded) {
+      const Tangent s{seed.values, seed.broadcast};
+      out = dx ? add(out, s, N) : s;
+    }
+    return out.dense(N);
   };
   std::optional<Mat> dq = project(op.wq, op.bq), dk = project(op.wk, op.bk), dv = project(op.wv, op.bv);
   if (op.rope) {
@@ -196,16 +221,19 @@ Mat jvp(const Model& m, const Trace& trace, const Seed& seed, int n, int stop) {
   const int start = m.params[seed.param].op;
   const Eigen::Index N = trace.inputs[0].rows();
   // Residual skips pushed before `start` carry no tangent (nullopt).
-  std::vector<std::optional<Mat>> skips;
+  std::vector<std::optional<Tangent>> skips;
   for (int i = 0; i < start; ++i) {
     if (m.ops[i].kind == OpKind::residual_begin) skips.emplace_back();
     if (m.ops[i].kind == OpKind::residual_end) skips.pop_back();
   }
-  std::optional<Mat> d;  // nullopt: exactly zero
+  std::optional<Tangent> d;  // nullopt: exactly zero
   auto add_seed = [&](int p) {
     if (p < 0 || p != seed.param) return;
-    if (d) *d += seed.values;
-    else d = seed.values;
+    const Tangent s{seed.values, seed.broadcast};
+    d = d ? add(*d, s, N) : s;
+  };
+  auto per_token = [&]() {  // the op treats tokens differently: leave broadcast form
+    if (d && d->broadcast) d = Tangent{expand(d->v, N), false};
   };
   for (int i = start; i < stop; ++i) {
     const Op& op = m.ops[i];
@@ -215,30 +243,34 @@ Mat jvp(const Model& m, const Trace& trace, const Seed& seed, int n, int stop) {
         skips.push_back(d);
         break;
       case OpKind::residual_end: {
-        std::optional<Mat> s = std::move(skips.back());
+        std::optional<Tangent> s = std::move(skips.back());
         skips.pop_back();
-        if (s) d = d ? Mat(*d + *s) : *s;
+        if (s) d = d ? add(*d, *s, N) : *s;
         break;
       }
       case OpKind::attention:
         if (d || (seed.param >= 0 && (seed.param == op.bq || seed.param == op.bk ||
                                       seed.param == op.bv)))
-          d = attention_jvp(m, op, x, trace.attention[i], d ? &*d : nullptr, seed, n);
+          d = Tangent{attention_jvp(m, op, x, trace.attention[i], d ? &*d : nullptr, seed, n), false};
         break;
-      case OpKind::linear:
-        if (d) d = op_jvp(m, op, x, *d, n);
+      case OpKind::linear:  // token-independent: keeps broadcast form
+        if (d) d->v = d->v * m.params[op.w].value.transpose();
         add_seed(op.b);
         break;
       case OpKind::norm:
-        if (d) d = op_jvp(m, op, x, *d, n);
+        if (d) {
+          if (op.norm != NormKind::batch_eval) per_token();  // batch_eval scales columns only
+          d->v = norm_jvp(m, op, x, d->v, d->broadcast ? static_cast<int>(d->v.rows()) : n);
+        }
         add_seed(op.shift);
         break;
       default:
-        if (d) d = op_jvp(m, op, x, *d, n);
+        per_token();
+        if (d) d->v = op_jvp(m, op, x, d->v, n);
     }
   }
   const int width = stop < static_cast<int>(m.ops.size()) ? m.ops[stop].in : m.out_features;
-  return d ? *d : Mat::Zero(Eigen::Index(n) * N, width);
+  return d ? d->dense(N) : Mat::Zero(Eigen::Index(n) * N, width);
 }
 
 int trailing_cut(const Model& m, int start) {
@@ -261,27 +293,34 @@ int trailing_cut(const Model& m, int start) {
 Mat trailing_map(const Model& m, int start, int cut) {
   const int end = static_cast<int>(m.ops.size());
   const int w = cut < end ? m.ops[cut].in : m.out_features;
-  // Push the identity through as w tangents of one token each: row a = (A e_a)^T.
-  Mat d = Mat::Identity(w, w);
+  // A composed op by op, A <- (map of op) A, starting from an implicit identity (nullopt), so
+  // that a single Linear costs a copy of its weight, not a product with the identity.
+  std::optional<Mat> a;
+  auto eye = [](const std::optional<Mat>& x, int n) { return x ? *x : Mat(Mat::Identity(n, n)); };
   std::vector<std::optional<Mat>> skips;
+  int width = w;
   for (int i = cut; i < end; ++i) {
     const Op& op = m.ops[i];
     if (op.kind == OpKind::residual_begin) {
-      skips.push_back(d);
+      skips.push_back(a);
     } else if (op.kind == OpKind::residual_end) {
-      if (op.partner >= cut) {
-        d += *skips.back();
+      if (op.partner >= cut) {  // else the skip was pushed before the seed entered: no tangent
+        const std::optional<Mat> s = std::move(skips.back());
         skips.pop_back();
-      }  // else the skip was pushed before the seed entered: no tangent
+        a = eye(a, w) + eye(s, w);
+      }
     } else if (op.kind == OpKind::linear) {
-      d = d * m.params[op.w].value.transpose();
-    } else {  // batchnorm eval
+      const Mat& W = m.params[op.w].value;
+      a = a ? Mat(W * *a) : W;
+      width = op.out;
+    } else {  // batchnorm eval: a diagonal scale per feature
       const Mat& rv = m.params[op.var].value;
-      for (Eigen::Index f = 0; f < d.cols(); ++f) d.col(f) /= std::sqrt(rv(f, 0) + op.eps);
-      if (op.gain >= 0) d.array().rowwise() *= m.params[op.gain].value.col(0).transpose().array();
+      Vec s = (rv.col(0).array() + op.eps).rsqrt();
+      if (op.gain >= 0) s.array() *= m.params[op.gain].value.col(0).array();
+      a = s.asDiagonal() * eye(a, width);
     }
   }
-  return d.transpose();
+  return eye(a, w);
 }
 
 }  // namespace biaslab

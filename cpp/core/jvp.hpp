@@ -1,6 +1,9 @@
 // Forward-mode derivatives (JVPs) in float64, batched over directions.
 //
-// A batch of n tangents is one (n*N, F) matrix: rows [a*N, (a+1)*N) hold direction a. Seeds are
+// A batch of n tangents is one (n*N, F) matrix: rows [a*N, (a+1)*N) hold direction a. While
+// every token of a direction carries the same vector (a bias seed, through Linear, BatchNorm
+// eval and residual adds) the batch is kept as (n, F), one row per direction, and expanded only
+// where an op treats tokens differently. Seeds are
 // added where a bias-like parameter enters the computation (after its projection, after its
 // norm, inside attention for q/k/v biases); ops before that point carry an exact zero tangent
 // and are skipped. Exact zeros are preserved (per-head blocks inside attention that receive no
@@ -12,8 +15,9 @@
 namespace biaslab {
 
 struct Seed {
-  int param = -1;  // index into Model::params (bias or shift)
-  Mat values;      // (n*N, size of the parameter)
+  int param = -1;          // index into Model::params (bias or shift)
+  Mat values;              // (n*N, size of the parameter), or (n, size) when broadcast
+  bool broadcast = false;  // the same vector for every token of a direction (a bias direction)
 };
 
 // Propagates `seed` (n directions) from the op that holds the parameter up to the input of op

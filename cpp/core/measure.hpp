@@ -50,8 +50,8 @@ class Evaluator {
   MatT<float> xf_;
   Mat xd_;
   Eval base_;
-  OpInputs<float> rec32_;  // op inputs of the base forward, to restart perturbed ones
-  OpInputs<double> rec64_;
+  Recording<float> rec32_;  // the base forward, to restart perturbed ones part-way
+  Recording<double> rec64_;
   mutable long runs_ = 0;
 };
 

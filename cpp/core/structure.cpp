@@ -120,8 +120,8 @@ Structure StructureSolver::solve(int param, const std::function<bool()>& cancell
     for (int a0 = 0; a0 < n; a0 += chunk) {
       if (cancelled && cancelled()) return out;
       const int c = std::min(chunk, n - a0);
-      Seed s{param, Mat::Zero(Eigen::Index(c) * N, n)};
-      for (int a = 0; a < c; ++a) s.values.block(Eigen::Index(a) * N, a0 + a, N, 1).setOnes();
+      Seed s{param, Mat::Zero(c, n), true};  // unit directions, the same for every token
+      for (int a = 0; a < c; ++a) s.values(a, a0 + a) = 1.0;
       const Mat d = jvp(m_, tr, s, c, cut);
       for (int a = 0; a < c; ++a) {
         const double* v = d.data() + Eigen::Index(a) * rows;
