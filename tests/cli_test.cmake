@@ -40,6 +40,15 @@ file(WRITE "${tmp}/unknown_type.json" [[{"version": 1, "layers": [{"type": "conv
 file(WRITE "${tmp}/small.json"
   [[{"version": 1, "seed": 3, "shape": {"batch": 2, "tokens": 4, "features": 8}, "layers": [{"type": "linear"}, {"type": "batchnorm"}]}]])
 
+file(WRITE "${tmp}/huge_jacobian.json"
+  [[{"version": 1, "shape": {"batch": 1, "tokens": 512, "features": 4096}, "layers": [{"type": "linear"}, {"type": "layernorm"}]}]])
+set(deep "")
+foreach(i RANGE 29)
+  string(APPEND deep "{\"type\": \"linear\"}, {\"type\": \"layernorm\"}, ")
+endforeach()
+file(WRITE "${tmp}/too_much_work.json"
+  "{\"version\": 1, \"shape\": {\"batch\": 1, \"tokens\": 32, \"features\": 1024}, \"layers\": [${deep}{\"type\": \"relu\"}]}")
+
 run("analyze a preset as a table" 0 "Biases.*redundant.*Folds.*Smallest equivalent model.*Invariances" ""
     ARGS analyze --preset article1-linear-batchnorm)
 run("analyze a preset as json" 0 "\"ok\": true.*\"biases\"" "" ARGS analyze --preset default --format json)
@@ -50,6 +59,8 @@ run("bad config in json format gives an error object" 2 "\"path\": \"layers\\[2\
     ARGS analyze "${tmp}/bad_heads.json" --format json)
 run("malformed json" 2 "" "error: .*line" ARGS analyze "${tmp}/malformed.json")
 run("unknown layer type" 2 "" "layers\\[0\\]\\.type: .*conv2d" ARGS analyze "${tmp}/unknown_type.json")
+run("a Jacobian beyond the memory limit names the layer" 2 "" "layers\\[0\\]: .*Jacobian.*limit" ARGS analyze "${tmp}/huge_jacobian.json")
+run("work beyond the limit is refused up front" 2 "" "layers: .*GFLOP; the limit is 200 GFLOP" ARGS analyze "${tmp}/too_much_work.json")
 run("missing file" 2 "" "cannot read" ARGS analyze "${tmp}/does_not_exist.json")
 run("unknown preset" 2 "" "unknown preset" ARGS analyze --preset nope)
 run("unknown format" 2 "" "unknown format" ARGS analyze --preset default --format yaml)

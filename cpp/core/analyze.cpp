@@ -1,6 +1,9 @@
 #include "core/analyze.hpp"
 
+#include <cctype>
 #include <chrono>
+#include <cstdio>
+#include <optional>
 #include <cmath>
 #include <exception>
 #include <new>
@@ -187,6 +190,84 @@ struct Context {
     if (opt.progress) opt.progress(label, f);
   }
 };
+
+// "layers.0.body.1" -> "layers[0].body[1]" (the JSON path of a config layer).
+std::string json_path(const std::string& dotted) {
+  std::string out, part;
+  std::vector<std::string> parts;
+  for (char ch : dotted + ".") {
+    if (ch == '.') {
+      parts.push_back(part);
+      part.clear();
+    } else {
+      part += ch;
+    }
+  }
+  for (const auto& p : parts) {
+    if (!p.empty() && std::isdigit(static_cast<unsigned char>(p[0]))) out += "[" + p + "]";
+    else out += (out.empty() ? "" : ".") + p;
+  }
+  return out;
+}
+
+// The structural analysis holds one Jacobian per input: size x (batch*tokens) x width entries
+// at most (fewer when it is sparse). Refuse up front what would not fit, naming the layer.
+constexpr double kMaxJacobianEntries = 64.0 * 1024 * 1024;
+
+// Estimated floating-point work of the structural analysis: per bias direction, the JVP through
+// every op after the bias up to the trailing linear maps it skips, over a typical 3 inputs.
+constexpr double kMaxStructuralFlops = 2e11;  // about 40 s natively, 2 min in wasm
+
+double structural_flops(const Model& m, const ModelParam& p) {
+  const double N = double(m.batch) * m.tokens, B = m.batch, T = m.tokens;
+  const int cut = trailing_cut(m, p.op);
+  double per_direction = 0;
+  for (int i = p.op; i < cut; ++i) {
+    const Op& op = m.ops[i];
+    const double F = op.in;
+    if (op.kind == OpKind::attention) {
+      const double core = 4 * B * T * T * F;
+      // A q/k/v bias enters after the projections and touches one head per direction.
+      per_direction += i == p.op ? core / op.heads : 6 * N * F * F + core;
+    } else if (i > p.op) {
+      if (op.kind == OpKind::linear) per_direction += 2 * N * op.in * op.out;
+      else per_direction += 10 * N * F;
+    }
+  }
+  return 3.0 * double(p.value.size()) * per_direction;
+}
+
+std::optional<Error> check_work(const Model& m) {
+  const double N = double(m.batch) * m.tokens;
+  for (const ModelParam& p : m.params) {
+    if (!is_bias_like(p.role)) continue;
+    double widest = 0;
+    for (size_t i = p.op; i < m.ops.size(); ++i) widest = std::max(widest, double(m.ops[i].out));
+    const double entries = double(p.value.size()) * N * widest;
+    if (entries > kMaxJacobianEntries) {
+      char buf[320];
+      std::snprintf(buf, sizeof buf,
+                    "the structural analysis of %s needs a Jacobian of up to %.0f M entries per input "
+                    "(%ld directions x %.0f tokens x width %.0f); the limit is %.0f M: reduce batch x tokens "
+                    "or the width",
+                    p.name.c_str(), entries / 1048576.0, static_cast<long>(p.value.size()), N, widest,
+                    kMaxJacobianEntries / 1048576.0);
+      return Error{json_path(m.ops[p.op].layer), buf};
+    }
+  }
+  double flops = 0;
+  for (const ModelParam& p : m.params)
+    if (is_bias_like(p.role)) flops += structural_flops(m, p);
+  if (flops > kMaxStructuralFlops) {
+    char buf[256];
+    std::snprintf(buf, sizeof buf,
+                  "the structural analysis would take about %.0f GFLOP; the limit is %.0f GFLOP: reduce "
+                  "the width, batch x tokens or the number of biases",
+                  flops / 1e9, kMaxStructuralFlops / 1e9);
+    return Error{"layers", buf};
+  }
+  return std::nullopt;
+}
 
 json analyse_biases(Context& c) {
   json rows = json::array();
@@ -530,6 +611,8 @@ json analyze(const ExperimentConfig& cfg, const AnalyzeOptions& opt) {
     c.net = build_network(cfg);
     sync_network(c.net);
     c.model = compile(c.net);
+    if (const auto e = check_work(c.model))
+      return {{"ok", false}, {"error", {{"path", e->path}, {"message", e->message}}}};
     c.x = draw_input(cfg, 0);
     c.ev = std::make_unique<Evaluator>(c.model, c.x);
     c.pool = std::make_unique<TracePool>(c.model, cfg);
@@ -587,8 +670,13 @@ json analyze(const ExperimentConfig& cfg, const AnalyzeOptions& opt) {
                          {"exact_folds", exact}};
     timing["total"] = ms();
     report["timing_ms"] = timing;
+    double est = 0;
+    for (const ModelParam& p : c.model.params)
+      if (is_bias_like(p.role)) est += structural_flops(c.model, p);
     report["work"] = {{"forward_passes", 2 * c.ev->runs() + c.pool->made()},
-                      {"forward_flops", forward_flops(c.model)}};
+                      {"forward_flops", forward_flops(c.model)},
+                      {"structural_flops_estimate", est},
+                      {"limits", {{"structural_flops", kMaxStructuralFlops}, {"jacobian_entries", kMaxJacobianEntries}}}};
     if (opt.progress) opt.progress("done", 1.0);
     return report;
   } catch (const Cancelled&) {
