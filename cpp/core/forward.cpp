@@ -27,10 +27,13 @@ MatT<S> linear(const MatT<S>& x, const MatT<S>& W, const MatT<S>* b, const MatT<
 // x / sqrt(mean(x^2) + eps). `at(k)` visits the k-th element of the set.
 template <class S, class At>
 void normalise_set(int count, S eps, bool centre, At at) {
+  // The mean relative to the first element: exact for a constant set (as torch's Welford
+  // update), where sum / count can miss by an ulp that 1 / sqrt(eps) then magnifies.
   S mean = 0;
   if (centre) {
-    for (int k = 0; k < count; ++k) mean += at(k);
-    mean /= S(count);
+    const S x0 = at(0);
+    for (int k = 0; k < count; ++k) mean += at(k) - x0;
+    mean = x0 + mean / S(count);
   }
   S var = 0;
   for (int k = 0; k < count; ++k) {
@@ -38,7 +41,10 @@ void normalise_set(int count, S eps, bool centre, At at) {
     var += c * c;
   }
   var /= S(count);  // biased, as torch's normalisation layers
-  const S rstd = S(1) / std::sqrt(var + eps);
+  // var + eps is 0 only for a constant set with eps = 0 (the invariance probes use eps = 0);
+  // the eps -> 0+ limit of the normalised values is then 0.
+  const S denom = var + eps;
+  const S rstd = denom > S(0) ? S(1) / std::sqrt(denom) : S(0);
   for (int k = 0; k < count; ++k) at(k) = (at(k) - mean) * rstd;
 }
 

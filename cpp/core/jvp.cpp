@@ -64,14 +64,16 @@ Mat norm_jvp(const Model& m, const Op& op, const Mat& x, const Mat& dx, int n) {
                   : op.norm == NormKind::batch_train                     ? F
                   : op.norm == NormKind::instance ? (N / T) * F
                                                   : (N / T) * op.groups;
-    Vec mean = Vec::Zero(S), var = Vec::Zero(S), cnt = Vec::Zero(S);
+    // Means relative to each set's first element, as in forward.cpp.
+    Vec mean = Vec::Zero(S), var = Vec::Zero(S), cnt = Vec::Zero(S), first = Vec::Zero(S);
     for (int r = 0; r < N; ++r)
       for (int f = 0; f < F; ++f) {
         const int s = sets.id(r, f);
-        mean(s) += x(r, f);
+        if (cnt(s) == 0) first(s) = x(r, f);
+        mean(s) += x(r, f) - first(s);
         cnt(s) += 1;
       }
-    if (centre) mean.array() /= cnt.array();
+    if (centre) mean = first + (mean.array() / cnt.array()).matrix();
     else mean.setZero();
     for (int r = 0; r < N; ++r)
       for (int f = 0; f < F; ++f) {

@@ -7,6 +7,7 @@ namespace biaslab {
 
 Eval combine_eval(DType dtype, const MatT<float>& y32, const Mat& y64) {
   Eval e;
+  e.dtype = dtype;
   const Mat y32d = y32.cast<double>();
   e.finite = y32d.allFinite() && y64.allFinite();
   const double diff = e.finite ? (y32d - y64).cwiseAbs().maxCoeff() : 0.0;
@@ -16,9 +17,11 @@ Eval combine_eval(DType dtype, const MatT<float>& y32, const Mat& y64) {
   const double ymax = e.finite ? y64.cwiseAbs().maxCoeff() : 0.0;
   if (dtype == DType::float32) {
     e.y = y32d;
+    e.y_other = y64;
     e.rounding = std::max(diff, u * ymax);
   } else {
     e.y = y64;
+    e.y_other = y32d;
     e.rounding = std::max(diff * kRoundoffRatio, u * ymax);
   }
   return e;
@@ -72,6 +75,8 @@ Delta Evaluator::compare(const Eval& a, const Eval& b) {
   if (!d.finite) return d;
   const Mat diff = b.y - a.y;
   d.max_abs = diff.cwiseAbs().maxCoeff();
+  if (a.dtype == DType::float64 && b.dtype == DType::float64 && a.y_other.size() == b.y_other.size())
+    d.floor = std::max(d.floor, kFloorFactor * kRoundoffRatio * (b.y_other - a.y_other).cwiseAbs().maxCoeff());
   d.mean_abs = diff.cwiseAbs().mean();
   const double ny = a.y.norm();
   d.rel = ny > 0 ? diff.norm() / ny : diff.norm();

@@ -6,6 +6,10 @@
 // the ratio of unit roundoffs (2^-52 / 2^-23): the network's measured sensitivity to rounding,
 // at float64's precision. A difference between two forwards is real only above
 // noise_floor = 4 * (rounding of the first + rounding of the second); never a fixed tolerance.
+// For float64 the floor is also at least 4 * 2^-29 * the same difference taken in float32: when
+// nothing real changed, that difference is float32's rounding noise of this very comparison,
+// conditioning included (near-constant sets, cancellation), which the per-output estimates miss;
+// when something did change, the term is 1.5e-8 of the change and decides nothing.
 // (2 would bound |e1 - e2| by |e1| + |e2| if the roundings were known exactly; the other factor
 // of 2 covers the float64 estimate, which is a scaled measurement, not the error itself.)
 #pragma once
@@ -16,6 +20,8 @@ namespace biaslab {
 
 struct Eval {
   Mat y;            // output in the config's dtype, widened to double
+  Mat y_other;      // the same output in the other precision
+  DType dtype = DType::float64;
   double rounding;  // measured max abs rounding error of y
   bool finite;
 };
@@ -58,7 +64,7 @@ class Evaluator {
 // Combines one computation done in float32 and in float64 into an Eval for `dtype`.
 Eval combine_eval(DType dtype, const MatT<float>& y32, const Mat& y64);
 
-constexpr double kFloorFactor = 4.0;
+constexpr double kFloorFactor = 8.0;
 
 // Unit roundoff ratio used to carry a float32-measured rounding to float64.
 constexpr double kRoundoffRatio = 1.0 / 536870912.0;  // 2^-29 = 2^-52 / 2^-23
