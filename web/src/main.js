@@ -286,7 +286,7 @@ async function run_analysis() {
     if (!(e instanceof EngineError)) state.requested_text = '';
     render_message();
     sync_editor_error();
-    document.dispatchEvent(new CustomEvent('biaslab:analysed', { detail: { ok: false } }));
+    mark_analysed(false);
     return;
   }
   done_progress();
@@ -298,7 +298,15 @@ async function run_analysis() {
   render_message();
   sync_editor_error();
   render_report();
-  document.dispatchEvent(new CustomEvent('biaslab:analysed', { detail: { ok: true } }));
+  mark_analysed(true);
+}
+
+// A counter on <html> that tests (and anyone scripting the page) can wait on.
+function mark_analysed(ok) {
+  const root = document.documentElement.dataset;
+  root.analyses = String(Number(root.analyses ?? 0) + 1);
+  root.lastAnalysis = ok ? 'ok' : 'error';
+  document.dispatchEvent(new CustomEvent('biaslab:analysed', { detail: { ok } }));
 }
 
 function set_progress(step, fraction) {

@@ -44,18 +44,18 @@ export function sweep_series(report) {
   return { data, series };
 }
 
-// Decade labels, thinned so they never crowd: every k-th decade for ~one label per 32 px.
-function decade_labels(u, vals, axis_index) {
-  const px = axis_index === 0 ? u.width - 80 : u.height - 70; // plot area, roughly (CSS px)
-  const decades = vals.filter((v) => v != null && Math.abs(Math.log10(v) - Math.round(Math.log10(v))) < 1e-9);
-  const k = Math.max(1, Math.ceil(decades.length / Math.max(1, px / (axis_index === 0 ? 56 : 32))));
-  return vals.map((v) => {
-    if (v == null) return '';
-    const e = Math.round(Math.log10(v));
-    if (Math.abs(Math.log10(v) - e) > 1e-9 || e % k !== 0) return '';
-    return `1e${e}`;
-  });
+// Ticks, grid lines and labels at whole decades only, thinned to every k-th decade so that
+// labels stay about `spacing` px apart (uPlot's default log splits also draw 2..9 x 10^e).
+function decade_splits(px, spacing) {
+  return (u, axis_index, min, max) => {
+    const lo = Math.ceil(Math.log10(min) - 1e-9), hi = Math.floor(Math.log10(max) + 1e-9);
+    const k = Math.max(1, Math.ceil((hi - lo + 1) / Math.max(1, px(u) / spacing)));
+    const out = [];
+    for (let e = lo; e <= hi; e++) if (e % k === 0) out.push(10 ** e);
+    return out;
+  };
 }
+const decade_values = (u, splits) => splits.map((v) => (v == null ? "" : `1e${Math.round(Math.log10(v))}`));
 
 /**
  * @param {HTMLElement} root
@@ -67,18 +67,19 @@ export function render_sweep(root, report) {
   if (!spec) return null;
   const fg = css('--fg'), grid = css('--grid'), muted = css('--muted');
   const series = spec.series.map((s) => (s.stroke === 'FLOOR' ? { ...s, stroke: muted } : s));
-  const axis = { stroke: fg, grid: { stroke: grid, width: 1 }, ticks: { stroke: grid } };
+  // filter: keep every split (uPlot's log filter would blank labels our splits already thinned).
+  const axis = { stroke: fg, grid: { stroke: grid, width: 1 }, ticks: { stroke: grid }, filter: (u, splits) => splits };
   const width = () => Math.max(280, root.clientWidth || 600);
   const opts = {
     width: width(),
     height: root.clientWidth < 500 ? 260 : 340,
     scales: { x: { time: false, distr: 3, log: 10 }, y: { distr: 3, log: 10 } },
     axes: [
-      { ...axis, label: 'perturbation size (RMS per entry)', labelSize: 26, values: (u, v) => decade_labels(u, v, 0) },
-      { ...axis, label: 'max |Δ output|', labelSize: 30, size: 56, values: (u, v) => decade_labels(u, v, 1) },
+      { ...axis, label: 'perturbation size (RMS per entry)', labelSize: 26, splits: decade_splits((u) => u.width - 80, 56), values: decade_values },
+      { ...axis, label: 'max |Δ output|', labelSize: 30, size: 56, splits: decade_splits((u) => u.height - 70, 30), values: decade_values },
     ],
     series,
-    legend: { show: true, live: true },
+    legend: { show: true, live: false },
     cursor: { points: { size: 6 } },
   };
   const u = new uPlot(opts, spec.data, root);

@@ -30,7 +30,7 @@ for (const preset of presets) {
     assert.ok(r.biases.length > 0, 'no biases');
     for (const b of r.biases) assert.ok(['redundant', 'partly_redundant', 'effective'].includes(b.verdict), b.verdict);
     assert.equal(r.summary.biases, r.biases.length);
-    console.log(`# ${preset.name}: ${r.biases.length} biases, ${r.folds.length} folds, ${ms.toFixed(0)} ms`);
+    console.log(`${preset.name}: ${r.biases.length} biases, ${r.folds.length} folds, ${ms.toFixed(0)} ms`);
   });
 }
 

@@ -62,7 +62,7 @@ test('share: every truncation of a link is refused or gives the very same experi
     same++;
   }
   assert.ok(refused >= hash.length - 4, `refused ${refused} of ${hash.length - 2}`);
-  console.log(`# ${hash.length}-character link: ${refused} truncations refused, ${same} decode to the same experiment`);
+  console.log(`${hash.length}-character link: ${refused} truncations refused, ${same} decode to the same experiment`);
 });
 
 test('share: garbage, edited and foreign links give a LinkError with a sentence', () => {

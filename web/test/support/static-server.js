@@ -22,17 +22,17 @@ const TYPES = {
 /**
  * @param {string} root folder to serve
  * @param {Record<string, string>} [extra] path -> HTML text served in addition
- * @returns {Promise<{url: string, close: () => Promise<void>, requests: string[]}>}
+ * @returns {Promise<{url: string, close: () => Promise<void>, requests: string[], routes: Record<string, string>}>}
  */
-export async function serve(root, extra = {}) {
+export async function serve(root, routes = {}) {
   const base = resolve(root);
   const requests = [];
   const server = createServer(async (req, res) => {
     const path = decodeURIComponent(new URL(req.url, 'http://x').pathname);
     requests.push(path);
-    if (extra[path] !== undefined) {
+    if (routes[path] !== undefined) {
       res.writeHead(200, { 'content-type': 'text/html; charset=utf-8' });
-      res.end(extra[path]);
+      res.end(routes[path]);
       return;
     }
     let file = normalize(join(base, path));
@@ -54,6 +54,7 @@ export async function serve(root, extra = {}) {
   return {
     url: `http://127.0.0.1:${port}/`,
     requests,
+    routes,
     close: () => new Promise((ok) => { server.closeAllConnections?.(); server.close(() => ok()); }),
   };
 }
