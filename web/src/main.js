@@ -189,6 +189,7 @@ function render_embed_experiment() {
   clear(
     $('embed-experiment'),
     h('p', { class: 'embed-title' }, h('strong', {}, preset ? preset.title : 'Custom experiment'), ` · ${c.dtype}, batch ${c.shape?.batch}, tokens ${c.shape?.tokens}, features ${c.shape?.features}, seed ${c.seed}, ${layer_count(c.layers)} layers`),
+    preset ? h('p', { class: 'claim' }, preset.claim) : null,
     h('details', {}, h('summary', {}, 'Config (JSON)'), h('pre', { class: 'config-pre' }, config_text())),
   );
   $('open-full').href = full_url();
@@ -366,7 +367,8 @@ function flash_status(text) {
 
 function embed_snippet() {
   const title = matching_preset()?.title ?? 'custom experiment';
-  return `<iframe src="${embed_url()}" title="biaslab: ${title.replace(/"/g, '&quot;')}" style="width:100%;border:0" height="900" loading="lazy"></iframe>`;
+  // class="biaslab-embed" is what the host-page listener in docs/embed.md looks for.
+  return `<iframe class="biaslab-embed" src="${embed_url().replace(/&/g, '&amp;')}" title="biaslab: ${title.replace(/&/g, '&amp;').replace(/"/g, '&quot;')}" style="width:100%;border:0" height="900" loading="lazy"></iframe>`;
 }
 
 function apply_theme_choice() {

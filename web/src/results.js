@@ -9,6 +9,16 @@ import { render_sweep } from './sweep-plot.js';
 // Symbols keep the verdicts apart without colour: ○ nothing of it matters, ◐ part of it, ● all of it.
 const VERDICT_MARK = { redundant: '○', partly_redundant: '◐', effective: '●' };
 
+/** A dotted parameter or layer name that may wrap only after its dots. */
+function name(text) {
+  const parts = String(text).split('.');
+  return h('code', { class: 'name' }, parts.map((p, i) => (i < parts.length - 1 ? [p, '.', h('wbr')] : p)));
+}
+
+function names(list) {
+  return (list ?? []).map((w, i) => [i ? ', ' : '', name(w)]);
+}
+
 function verdict_badge(v) {
   return h('span', { class: `badge verdict-${v}` }, h('span', { 'aria-hidden': 'true' }, VERDICT_MARK[v] ?? '?'), ' ', VERDICT_TEXT[v] ?? v);
 }
@@ -29,20 +39,20 @@ const CELLS = {
     param: (r) => h('code', {}, r.param),
     verdict: (r) => verdict_badge(r.verdict),
     why: (r) => [r.why, r.note ? h('div', { class: 'note' }, h('strong', {}, 'Note: '), r.note) : null],
-    absorbed_by: (r) => (r.absorbed_by ? h('code', {}, r.absorbed_by) : r.folds?.length ? `dropped (${r.folds.join(', ')})` : '—'),
+    absorbed_by: (r) => (r.absorbed_by ? name(r.absorbed_by) : r.folds?.length ? `dropped (${r.folds.join(', ')})` : '—'),
   },
   folds: {
     rule: (r) => [r.title, h('br'), h('code', { class: 'muted' }, r.rule)],
     formula: (r) => formula(r.formula),
-    where: (r) => (r.where ?? []).map((w, i) => [i ? ', ' : '', h('code', {}, w)]),
+    where: (r) => names(r.where),
     exact: (r) => yes_no_badge(r.exact, 'exact', 'not exact'),
   },
   minimal: {
-    where: (r) => (r.where ?? []).map((w, i) => [i ? ', ' : '', h('code', {}, w)]),
+    where: (r) => names(r.where),
     rule: (r) => h('code', {}, r.rule),
   },
   invariances: {
-    layer: (r) => h('code', {}, r.layer),
+    layer: (r) => name(r.layer),
     holds: (r) => yes_no_badge(r.holds),
     agrees: (r) => yes_no_badge(r.agrees),
   },

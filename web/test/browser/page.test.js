@@ -13,18 +13,20 @@ import { WEB } from '../support/engine.js';
 const DIST = resolve(WEB, 'dist');
 const SHOTS = resolve(WEB, 'test/screenshots');
 
-const HOST_PAGE = (src) => `<!doctype html><html><head><meta charset="utf-8"><title>host</title><link rel="icon" href="data:,"></head><body>
+// The host page uses the listener exactly as docs/embed.md gives it, so the docs are tested too.
+async function host_page(src) {
+  const doc = await readFile(resolve(WEB, '../docs/embed.md'), 'utf8');
+  const listener = [...doc.matchAll(/```html\n([\s\S]*?)```/g)].map((m) => m[1]).find((b) => b.includes("addEventListener('message'"));
+  assert.ok(listener, 'docs/embed.md has the host-page listener');
+  return `<!doctype html><html><head><meta charset="utf-8"><title>host</title><link rel="icon" href="data:,"></head><body>
 <h1>A blog post</h1>
-<iframe id="embed" src="${src}" title="biaslab experiment" style="width:100%;border:0" height="200"></iframe>
+<iframe class="biaslab-embed" src="${src.replace(/&/g, '&amp;')}" title="biaslab experiment" style="width:100%;border:0" height="200"></iframe>
 <script>
   window.heights = [];
-  window.addEventListener('message', (event) => {
-    const frame = document.getElementById('embed');
-    if (event.source !== frame.contentWindow || !event.data || event.data.type !== 'biaslab:height') return;
-    window.heights.push(event.data.height);
-    frame.style.height = event.data.height + 'px';
-  });
-</script></body></html>`;
+  window.addEventListener('message', (event) => { if (event.data && event.data.type === 'biaslab:height') window.heights.push(event.data.height); });
+</script>
+${listener}</body></html>`;
+}
 
 let server, browser;
 
@@ -203,7 +205,7 @@ test('page: embed mode shows experiment and results, posts its height, keeps its
   await page.close();
 
   const src = `${server.url}?embed=1${hash}`;
-  server.routes['/host.html'] = HOST_PAGE(src);
+  server.routes['/host.html'] = await host_page(src);
   const host = await browser.context.newPage();
   const problems = watch(host, server.url);
   await host.goto(`${server.url}host.html`);
@@ -214,6 +216,8 @@ test('page: embed mode shows experiment and results, posts its height, keeps its
   const heights = await host.evaluate(() => window.heights);
   const content = await frame.evaluate(() => Math.ceil(document.getElementById('app').getBoundingClientRect().height));
   assert.equal(heights.at(-1), content, `posted ${heights.join(', ')}`);
+  const frame_height = await host.$eval('iframe.biaslab-embed', (f) => f.getBoundingClientRect().height);
+  assert.equal(Math.round(frame_height), content, 'the documented listener sized the iframe');
   assert.equal(frame.url(), src, 'the embed rewrote its own URL');
   assert.equal(await frame.isHidden('#editor-grid'), true);
   assert.equal(await frame.isHidden('#copy-link'), true);
