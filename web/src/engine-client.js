@@ -93,7 +93,7 @@ export class EngineClient {
         cur.reject(new Error(`the engine returned unreadable JSON: ${e.message}`));
         return;
       }
-      if (report.ok) cur.resolve({ report, ms: msg.ms });
+      if (report.ok) cur.resolve({ report, ms: msg.ms, round_trip_ms: performance.now() - cur.started });
       else cur.reject(new EngineError(report.error));
     }
   }

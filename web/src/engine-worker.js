@@ -36,7 +36,8 @@ function boot({ glue_url, wasm_module }) {
       printErr: (text) => console.warn('[biaslab engine]', text),
     })
     .then((m) => {
-      self.postMessage({ type: 'ready', version: m.version(), schema: m.schema(), presets: m.presets() });
+      // boot_ms: since this worker started (its performance.now() origin), for the page's timings.
+      self.postMessage({ type: 'ready', version: m.version(), schema: m.schema(), presets: m.presets(), boot_ms: performance.now() });
       return m;
     });
 }

@@ -9,7 +9,7 @@ import { scalar_fields, get_field, layer_type, new_layer, option_value, layer_wi
  * @typedef {{structural: boolean, immediate: boolean, focus?: string}} Edit
  * @param {HTMLElement} root
  * @param {{schema: import('./experiment.js').Schema, config: any, error_path?: string,
- *          error_id?: string, on_edit: (e: Edit) => void}} props
+ *          error_message?: string, error_id?: string, on_edit: (e: Edit) => void}} props
  */
 export function render_stack_editor(root, props) {
   const focus = pending_focus ?? document.activeElement?.closest?.('[data-focus]')?.dataset.focus;
@@ -27,7 +27,7 @@ export function render_stack_editor(root, props) {
       ? layer_list(schema, config.layers, ['layers'], config.shape?.features ?? 64, edit)
       : h('p', { class: 'warn' }, 'The config has no layer list; fix it in the JSON.'),
   );
-  mark_error(root, props.error_path, props.error_id);
+  mark_error(root, props.error_path, props.error_message, props.error_id);
   if (focus) root.querySelector(`[data-focus="${CSS.escape(focus)}"]`)?.focus({ preventScroll: true });
 }
 
@@ -221,8 +221,9 @@ function layer_item(schema, layers, i, path, width, edit) {
   );
 }
 
-/** Marks the control (or the nearest enclosing layer) an engine error names. */
-function mark_error(root, path, error_id) {
+/** Marks the control (or the nearest enclosing layer) an engine error names, and repeats the
+ * message there: on a phone the status box may be a screen away. */
+function mark_error(root, path, message, error_id) {
   if (!path) return;
   let target = null;
   for (let p = path; p && !target; p = p.replace(/(\.[^.[\]]+|\[\d+\])$/, '')) {
@@ -231,6 +232,10 @@ function mark_error(root, path, error_id) {
   }
   if (!target) return;
   target.classList.add('has-error');
+  if (message) {
+    const holder = target.closest('li.layer') ?? target.closest('fieldset');
+    holder?.append(h('p', { class: 'inline-error' }, h('span', { 'aria-hidden': 'true' }, '⚠ '), `${path}: ${message}`));
+  }
   if (target.matches('input, select')) {
     target.setAttribute('aria-invalid', 'true');
     if (error_id) target.setAttribute('aria-describedby', `${target.getAttribute('aria-describedby') ?? ''} ${error_id}`.trim());

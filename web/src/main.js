@@ -31,6 +31,8 @@ const state = {
   error: null,
   /** A message about the link that opened the page (shown above the default experiment). */
   link_notice: null,
+  /** Set when the reader cancelled: the results shown belong to an earlier experiment. */
+  cancelled: false,
   /** The last good report and the config text it answers. */
   report: null,
   report_text: '',
@@ -119,19 +121,20 @@ function matching_preset() {
   return state.presets.find((p) => same_json(canonical_config(state.schema, JSON.parse(p.config)), mine)) ?? null;
 }
 
-let marked_error_path;
-/** Redraws the form only when the control an engine error names has changed (keeps typing smooth). */
+let marked_error;
+const error_key = () => (state.error?.source === 'engine' ? `${state.error.path}\n${state.error.message}` : '');
+/** Redraws the form only when the engine error it shows has changed (keeps typing smooth). */
 function sync_editor_error() {
-  const path = state.error?.source === 'engine' ? state.error.path : undefined;
-  if (path !== marked_error_path) render_editor();
+  if (error_key() !== marked_error) render_editor();
 }
 
 function render_editor() {
-  marked_error_path = state.error?.source === 'engine' ? state.error.path : undefined;
+  marked_error = error_key();
   render_stack_editor($('stack-editor'), {
     schema: state.schema,
     config: state.config,
     error_path: state.error?.source === 'engine' ? state.error.path : undefined,
+    error_message: state.error?.source === 'engine' ? state.error.message : undefined,
     error_id: 'message',
     on_edit: on_form_edit,
   });
@@ -148,7 +151,25 @@ function render_all_inputs({ keep_text = false } = {}) {
 function render_message() {
   const box = $('message');
   const parts = [];
-  if (state.link_notice) parts.push(h('p', { class: 'link-notice' }, h('strong', {}, 'Link problem: '), state.link_notice, ' ', h('button', { type: 'button', class: 'small', onclick: () => { state.link_notice = null; render_message(); } }, 'Dismiss')));
+  // A broken link is the first thing to say, so it sits above the experiment.
+  const notice = $('link-notice');
+  clear(
+    notice,
+    state.link_notice
+      ? h('p', {}, h('strong', {}, 'Link problem: '), state.link_notice, ' ', h('button', { type: 'button', class: 'small', onclick: () => { state.link_notice = null; render_message(); } }, 'Dismiss'))
+      : null,
+  );
+  notice.hidden = !state.link_notice;
+  if (state.cancelled && !state.error)
+    parts.push(
+      h(
+        'p',
+        { class: 'cancel-notice' },
+        h('strong', {}, 'Analysis cancelled. '),
+        state.report ? 'The results below are for the last finished analysis, not for the experiment above. ' : '',
+        h('button', { type: 'button', class: 'small', id: 'run-again', onclick: () => analyze_soon(true) }, 'Run it anyway'),
+      ),
+    );
   const e = state.error;
   if (e) {
     const where = e.path ? [h('code', { class: 'error-path' }, e.path), ': '] : e.source === 'json' ? 'JSON: ' : '';
@@ -158,14 +179,14 @@ function render_message() {
         { class: 'error-text' },
         h('strong', {}, e.source === 'fatal' ? 'Engine error. ' : 'Invalid experiment. '),
         where,
-        e.message,
+        e.message.replace(/([^.])$/, '$1.'),
         state.report ? h('span', { class: 'muted' }, ' The results below are for the last valid experiment.') : null,
       ),
     );
   }
   clear(box, parts);
   box.hidden = parts.length === 0;
-  $('results').classList.toggle('stale', Boolean(state.report && e && e.source !== 'fatal'));
+  $('results').classList.toggle('stale', Boolean(state.report && ((e && e.source !== 'fatal') || state.cancelled)));
 }
 
 function render_report() {
@@ -268,6 +289,10 @@ async function run_analysis() {
   const text = JSON.stringify(state.config);
   if (text === state.requested_text && (engine.busy || text === state.report_text)) return;
   state.requested_text = text;
+  if (state.cancelled) {
+    state.cancelled = false;
+    render_message();
+  }
   clearTimeout(progress_timer);
   progress_timer = setTimeout(() => show_progress(true), PROGRESS_DELAY_MS);
   let result;
@@ -278,7 +303,8 @@ async function run_analysis() {
       if (e.message === 'cancelled') {
         done_progress();
         state.requested_text = '';
-        flash_status('Analysis cancelled; the results shown are from the last finished run.');
+        state.cancelled = true;
+        render_message();
       }
       return; // superseded: the newer request owns the progress bar
     }
@@ -295,6 +321,7 @@ async function run_analysis() {
   state.report = result.report;
   state.report_text = text;
   state.report_ms = result.ms;
+  document.documentElement.dataset.roundTripMs = String(Math.round(result.round_trip_ms));
   if (state.error && state.error.source !== 'json') state.error = null;
   render_message();
   sync_editor_error();

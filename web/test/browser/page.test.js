@@ -106,6 +106,12 @@ test('page: editing a layer updates the tables and the link without adding histo
   assert.equal((await bias_names(page)).length, 6, 'the new linear layer brings a bias');
   await after_analysis(page, () => page.click('[aria-label="Move layers[2] up"]'));
   assert.equal(await page.evaluate(() => history.length), history_before);
+  // The minimal model is one click away from the editor.
+  await after_analysis(page, () => page.click('#load-minimal'));
+  const minimal = JSON.parse(await page.inputValue('#config-json'));
+  assert.equal(minimal.layers[0].body[0].elementwise_affine, false, 'the LayerNorm affine was folded away');
+  assert.ok((await bias_names(page)).length < 6);
+  assert.equal(await page.evaluate(() => history.length), history_before);
   await page.close();
 });
 
@@ -119,6 +125,7 @@ test('page: an invalid edit names its JSON path and keeps the last good results'
   assert.equal(await page.getAttribute('[data-path="layers[0].body[1].num_heads"]', 'aria-invalid'), 'true');
   assert.deepEqual(await table_texts(page), before_tables, 'last good results kept');
   assert.ok(await page.$('#results.stale'));
+  await page.screenshot({ path: resolve(SHOTS, 'invalid-edit.png') });
   // Broken JSON in the text editor: a message with line and column, results still kept.
   await page.fill('#config-json', '{"layers": [ {"type": "linear"} ');
   await page.waitForFunction(() => /line \d+, column \d+|JSON/.test(document.getElementById('message').textContent));
@@ -160,7 +167,7 @@ test('page: corrupted and truncated links show a message and the default experim
   await page.close();
   for (const hash of ['#v1.abc.!!garbage!!', good.slice(0, Math.floor(good.length / 2)), '#v7.x.y']) {
     const { page: p } = await open(server.url + hash);
-    const message = await p.textContent('#message');
+    const message = await p.textContent('#link-notice');
     assert.match(message, /Link problem/, hash);
     assert.match(message, /default experiment/);
     assert.equal(await p.inputValue('#preset'), 'default');
@@ -181,8 +188,13 @@ test('page: a long analysis shows progress and can be cancelled; the last result
   assert.ok(Date.now() - t0 < 1000, 'main thread blocked');
   await page.click('#cancel');
   await page.waitForSelector('#progress[hidden]', { state: 'attached' });
-  assert.match(await page.textContent('#copy-status'), /cancelled/);
+  assert.match(await page.textContent('#message'), /Analysis cancelled/);
+  assert.ok(await page.$('#results.stale'), 'the old results are marked as not matching the experiment');
   assert.deepEqual(await table_texts(page), before_tables);
+  // Any edit (or "Run it anyway") clears the notice and analyses again.
+  await after_analysis(page, () => page.selectOption('#preset', 'article1-linear-batchnorm'));
+  assert.equal(await page.isHidden('#message'), true);
+  assert.equal(await page.$('#results.stale'), null);
   await page.close();
 });
 
