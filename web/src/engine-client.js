@@ -135,9 +135,9 @@ export class EngineClient {
     });
   }
 
-  /** Stops the running analysis, if any. */
-  cancel() {
-    if (this.current) this.#abort('cancelled');
+  /** Stops the running analysis, if any; its promise rejects with CancelledError(reason). */
+  cancel(reason = 'cancelled') {
+    if (this.current) this.#abort(reason);
   }
 
   #abort(reason) {

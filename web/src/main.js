@@ -287,7 +287,19 @@ function analyze_soon(immediate) {
 
 async function run_analysis() {
   const text = JSON.stringify(state.config);
-  if (text === state.requested_text && (engine.busy || text === state.report_text)) return;
+  if (text === state.report_text && state.report) {
+    // Back to the experiment the tables already show (e.g. an invalid edit undone): nothing to run.
+    if (engine.busy) engine.cancel('not needed any more');
+    done_progress();
+    state.requested_text = text;
+    state.cancelled = false;
+    if (state.error && state.error.source !== 'json') state.error = null;
+    render_message();
+    sync_editor_error();
+    mark_analysed(true);
+    return;
+  }
+  if (text === state.requested_text && engine.busy) return;
   state.requested_text = text;
   if (state.cancelled) {
     state.cancelled = false;

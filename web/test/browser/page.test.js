@@ -8,7 +8,8 @@ import { resolve } from 'node:path';
 
 import { serve } from '../support/static-server.js';
 import { launch, watch } from '../support/browser.js';
-import { WEB } from '../support/engine.js';
+import { WEB, load_engine } from '../support/engine.js';
+import { encode_link } from '../../src/share-codec.js';
 
 const DIST = resolve(WEB, 'dist');
 const SHOTS = resolve(WEB, 'test/screenshots');
@@ -126,6 +127,11 @@ test('page: an invalid edit names its JSON path and keeps the last good results'
   assert.deepEqual(await table_texts(page), before_tables, 'last good results kept');
   assert.ok(await page.$('#results.stale'));
   await page.screenshot({ path: resolve(SHOTS, 'invalid-edit.png') });
+  // Undoing the edit brings back the experiment the tables show: no message, not stale.
+  await after_analysis(page, () => page.fill('[data-path="layers[0].body[1].num_heads"]', '4'));
+  assert.equal(await page.isHidden('#message'), true);
+  assert.equal(await page.$('#results.stale'), null);
+  await after_analysis(page, () => page.fill('[data-path="layers[0].body[1].num_heads"]', '5'));
   // Broken JSON in the text editor: a message with line and column, results still kept.
   await page.fill('#config-json', '{"layers": [ {"type": "linear"} ');
   await page.waitForFunction(() => /line \d+, column \d+|JSON/.test(document.getElementById('message').textContent));
@@ -174,6 +180,18 @@ test('page: corrupted and truncated links show a message and the default experim
     assert.equal((await bias_names(p)).length, 6);
     await p.close();
   }
+});
+
+test('page: a good link to an invalid experiment opens it and names the problem', async () => {
+  // Not a broken link: the reader should see the experiment and what is wrong with it.
+  const schema = (await load_engine()).schema();
+  const hash = encode_link(schema, { layers: [{ type: 'attention', num_heads: 7 }] });
+  const { page } = await open(server.url + hash);
+  assert.equal(await page.isHidden('#link-notice'), true);
+  assert.match(await page.textContent('#message'), /layers\[0\]\.num_heads: 7 does not divide features 64/);
+  assert.equal(await page.inputValue('[data-path="layers[0].num_heads"]'), '7');
+  assert.match(await page.textContent('.inline-error'), /does not divide/);
+  await page.close();
 });
 
 test('page: a long analysis shows progress and can be cancelled; the last results stay', async () => {
