@@ -1,0 +1,149 @@
+// The page's side of the engine: one Web Worker at a time, one analysis in flight.
+//
+// - A new analysis supersedes the running one: its worker is terminated (a synchronous wasm
+//   call cannot be interrupted any other way without cross-origin isolation, which static
+//   hosts rarely give) and a fresh worker is started from the already compiled module.
+// - Every request carries an id; a message for any id but the current one is dropped, so a
+//   stale result can never overwrite a newer one.
+// - {ok:false} reports become EngineError {path, message}; superseded or cancelled runs reject
+//   with CancelledError, which callers ignore.
+
+export class EngineError extends Error {
+  constructor({ path = '', message = 'unknown error' } = {}) {
+    super(path ? `${path}: ${message}` : message);
+    this.name = 'EngineError';
+    this.path = path;
+    this.detail = message;
+  }
+}
+
+export class CancelledError extends Error {
+  constructor(reason) {
+    super(reason);
+    this.name = 'CancelledError';
+  }
+}
+
+async function compile_wasm(url) {
+  const response = await fetch(url);
+  if (!response.ok) throw new Error(`could not load ${url}: HTTP ${response.status}`);
+  // compileStreaming needs the application/wasm type; some static hosts send another one.
+  if (WebAssembly.compileStreaming && (response.headers.get('content-type') ?? '').startsWith('application/wasm'))
+    return WebAssembly.compileStreaming(response);
+  return WebAssembly.compile(await response.arrayBuffer());
+}
+
+export class EngineClient {
+  /**
+   * @param {{glue_url: string, wasm_url: string, make_worker: () => Worker}} options
+   */
+  constructor({ glue_url, wasm_url, make_worker }) {
+    this.glue_url = glue_url;
+    this.wasm_url = wasm_url;
+    this.make_worker = make_worker;
+    this.worker = null;
+    this.module = null;
+    this.next_id = 1;
+    this.current = null; // {id, resolve, reject, on_progress, started}
+  }
+
+  /** Compiles the module and starts the first worker; resolves with the engine's static data. */
+  async start() {
+    this.module = await compile_wasm(this.wasm_url);
+    const ready = await this.#spawn();
+    return { version: ready.version, schema: JSON.parse(ready.schema), presets: JSON.parse(ready.presets) };
+  }
+
+  #spawn() {
+    const worker = this.make_worker();
+    this.worker = worker;
+    return new Promise((resolve, reject) => {
+      worker.onmessage = (event) => {
+        const msg = event.data;
+        if (msg.type === 'ready') resolve(msg);
+        else this.#on_message(worker, msg, reject);
+      };
+      worker.onerror = (event) => {
+        event.preventDefault?.();
+        const err = new Error(`the engine worker failed: ${event.message ?? 'unknown error'}`);
+        reject(err);
+        this.#fail(worker, err);
+      };
+      worker.postMessage({ type: 'init', glue_url: this.glue_url, wasm_module: this.module });
+    });
+  }
+
+  #on_message(worker, msg, reject_ready) {
+    if (worker !== this.worker) return;
+    if (msg.type === 'fatal') {
+      const err = new Error(msg.message);
+      reject_ready(err);
+      this.#fail(worker, err);
+      return;
+    }
+    const cur = this.current;
+    if (!cur || msg.id !== cur.id) return; // stale: a superseded request
+    if (msg.type === 'progress') cur.on_progress?.(msg.step, msg.fraction);
+    else if (msg.type === 'result') {
+      this.current = null;
+      let report;
+      try {
+        report = JSON.parse(msg.report);
+      } catch (e) {
+        cur.reject(new Error(`the engine returned unreadable JSON: ${e.message}`));
+        return;
+      }
+      if (report.ok) cur.resolve({ report, ms: msg.ms, round_trip_ms: performance.now() - cur.started });
+      else cur.reject(new EngineError(report.error));
+    }
+  }
+
+  // The worker is unusable: fail the running request and start a replacement for the next.
+  #fail(worker, err) {
+    if (worker !== this.worker) return;
+    worker.terminate();
+    this.worker = null;
+    const cur = this.current;
+    this.current = null;
+    cur?.reject(err);
+  }
+
+  #replace_worker() {
+    this.worker?.terminate();
+    this.worker = null;
+    this.#spawn().catch(() => {});
+  }
+
+  /** True while an analysis is running. */
+  get busy() {
+    return this.current !== null;
+  }
+
+  /**
+   * Analyses a config (JSON text). Resolves {report, ms}; rejects EngineError for invalid
+   * configs, CancelledError when superseded or cancelled.
+   * @param {string} config_text
+   * @param {{on_progress?: (step: string, fraction: number) => void}} [options]
+   */
+  analyze(config_text, { on_progress } = {}) {
+    if (this.current) this.#abort('superseded by a newer analysis');
+    if (!this.worker) this.#spawn().catch(() => {});
+    const id = this.next_id++;
+    return new Promise((resolve, reject) => {
+      this.current = { id, resolve, reject, on_progress, started: performance.now() };
+      this.worker.postMessage({ type: 'analyze', id, config: config_text });
+    });
+  }
+
+  /** Stops the running analysis, if any; its promise rejects with CancelledError(reason). */
+  cancel(reason = 'cancelled') {
+    if (this.current) this.#abort(reason);
+  }
+
+  #abort(reason) {
+    const cur = this.current;
+    this.current = null;
+    this.#replace_worker();
+    cur.reject(new CancelledError(reason));
+  }
+}

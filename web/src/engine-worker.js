@@ -1,0 +1,70 @@
+// The engine's thread: a classic Web Worker (Emscripten 3.1.6 finds its environment through
+// importScripts). The page compiles the .wasm once and hands every worker the compiled
+// WebAssembly.Module, so replacing a worker to cancel a long analysis costs only instantiation.
+//
+// Messages in:  {type:'init', glue_url, wasm_module}   {type:'analyze', id, config}
+// Messages out: {type:'ready', version, schema, presets}  (schema, presets: JSON text)
+//               {type:'progress', id, step, fraction}
+//               {type:'result', id, report, ms}         (report: JSON text)
+//               {type:'fatal', id?, message}            (the module is unusable; replace the worker)
+
+let engine = null;
+
+self.onmessage = (event) => {
+  const msg = event.data;
+  if (msg.type === 'init') engine = boot(msg);
+  else if (msg.type === 'analyze') run(msg);
+};
+
+function boot({ glue_url, wasm_module }) {
+  try {
+    importScripts(glue_url); // defines createBiaslab (MODULARIZE, EXPORT_NAME)
+  } catch (e) {
+    self.postMessage({ type: 'fatal', message: `could not load the engine script: ${e}` });
+    return Promise.reject(e);
+  }
+  return self
+    .createBiaslab({
+      instantiateWasm(imports, receive) {
+        WebAssembly.instantiate(wasm_module, imports).then(
+          (instance) => receive(instance, wasm_module),
+          (e) => self.postMessage({ type: 'fatal', message: `could not start the engine: ${e}` }),
+        );
+        return {};
+      },
+      print: () => {},
+      printErr: (text) => console.warn('[biaslab engine]', text),
+    })
+    .then((m) => {
+      // boot_ms: since this worker started (its performance.now() origin), for the page's timings.
+      self.postMessage({ type: 'ready', version: m.version(), schema: m.schema(), presets: m.presets(), boot_ms: performance.now() });
+      return m;
+    });
+}
+
+async function run({ id, config }) {
+  let m;
+  try {
+    m = await engine;
+  } catch (e) {
+    self.postMessage({ type: 'fatal', id, message: `the engine did not start: ${e}` });
+    return;
+  }
+  // Progress arrives between the engine's steps; posting more often than every 40 ms only
+  // floods the page.
+  let last = -Infinity;
+  const progress = (step, fraction) => {
+    const now = performance.now();
+    if (now - last < 40 && fraction < 1) return;
+    last = now;
+    self.postMessage({ type: 'progress', id, step, fraction });
+  };
+  const t0 = performance.now();
+  try {
+    const report = m.analyzeWithCallbacks(config, { progress });
+    self.postMessage({ type: 'result', id, report, ms: performance.now() - t0 });
+  } catch (e) {
+    // Only an abort (e.g. memory exhausted) gets here; the C++ side reports all else as JSON.
+    self.postMessage({ type: 'fatal', id, message: `the engine stopped: ${e && e.message ? e.message : e}` });
+  }
+}

@@ -1,0 +1,243 @@
+// The layer-stack form, generated from the engine's schema: every top-level field, every layer
+// type and every option of each type come from schema(); nothing here names a layer type or an
+// option. Each control carries data-path in the engine's notation ("layers[0].body[1].eps"), so
+// an engine error lands on the control it names.
+import { h, clear, next_id } from './dom.js';
+import { scalar_fields, get_field, layer_type, new_layer, option_value, layer_widths, format_path } from './experiment.js';
+
+/**
+ * @typedef {{structural: boolean, immediate: boolean, focus?: string}} Edit
+ * @param {HTMLElement} root
+ * @param {{schema: import('./experiment.js').Schema, config: any, error_path?: string,
+ *          error_message?: string, error_id?: string, on_edit: (e: Edit) => void}} props
+ */
+export function render_stack_editor(root, props) {
+  const focus = pending_focus ?? document.activeElement?.closest?.('[data-focus]')?.dataset.focus;
+  pending_focus = null;
+  const { schema, config } = props;
+  const edit = (e) => {
+    if (e.focus) pending_focus = e.focus;
+    props.on_edit(e);
+  };
+  clear(
+    root,
+    top_fields(schema, config, edit),
+    h('h3', { class: 'stack-title' }, 'Layers'),
+    Array.isArray(config.layers)
+      ? layer_list(schema, config.layers, ['layers'], config.shape?.features ?? 64, edit)
+      : h('p', { class: 'warn' }, 'The config has no layer list; fix it in the JSON.'),
+  );
+  mark_error(root, props.error_path, props.error_message, props.error_id);
+  if (focus) root.querySelector(`[data-focus="${CSS.escape(focus)}"]`)?.focus({ preventScroll: true });
+}
+
+let pending_focus = null;
+
+function top_fields(schema, config, edit) {
+  const fields = scalar_fields(schema).filter((f) => f.name !== 'version' && !(f.type === 'int' && f.min === f.max));
+  return h(
+    'fieldset',
+    { class: 'top-fields' },
+    h('legend', {}, 'Input and precision'),
+    fields.map((spec) =>
+      control(spec, get_field(config, spec.name), spec.name, spec.name.replace(/^shape\./, ''), (v) => {
+        set_top(config, spec.name, v);
+        return false;
+      }, edit),
+    ),
+  );
+}
+
+function set_top(config, dotted, value) {
+  const parts = dotted.split('.');
+  let o = config;
+  for (const p of parts.slice(0, -1)) o = o[p] && typeof o[p] === 'object' ? o[p] : (o[p] = {});
+  const last = parts[parts.length - 1];
+  if (value === undefined) delete o[last];
+  else o[last] = value;
+}
+
+/** One input for one option or field. set(value) stores it (undefined = back to the default). */
+function control(spec, value, path, label_text, set, edit) {
+  const id = next_id('opt');
+  const help = spec.help + (spec.default_note ? ` Default: ${spec.default_note}.` : spec.default !== undefined && spec.default !== null ? ` Default: ${spec.default}.` : '');
+  const common = { id, dataset: { path, focus: `${path}:value` }, title: help, 'aria-describedby': `${id}-help` };
+  const help_el = h('span', { id: `${id}-help`, class: 'visually-hidden' }, help);
+  if (spec.type === 'bool') {
+    const input = h('input', { ...common, type: 'checkbox', checked: value === true });
+    input.addEventListener('change', () => {
+      set(input.checked === spec.default ? undefined : input.checked);
+      edit({ structural: false, immediate: true });
+    });
+    return h('label', { class: 'opt opt-bool', for: id, title: help }, input, h('span', {}, label_text), help_el);
+  }
+  if (spec.type === 'enum') {
+    const select = h('select', common, (spec.values ?? []).map((v) => h('option', { value: v, selected: v === value }, v)));
+    select.addEventListener('change', () => {
+      set(select.value === spec.default ? undefined : select.value);
+      edit({ structural: false, immediate: true });
+    });
+    return h('label', { class: 'opt', for: id, title: help }, h('span', {}, label_text), select, help_el);
+  }
+  // int and number. An empty box means the default (out_features: the input width).
+  const input = h('input', {
+    ...common,
+    type: 'number',
+    inputmode: spec.type === 'int' ? 'numeric' : 'decimal',
+    step: spec.type === 'int' ? '1' : 'any',
+    min: spec.min ?? spec.exclusive_min,
+    max: spec.max,
+    placeholder: spec.default_note ?? (spec.default ?? ''),
+    value: value === null || value === undefined ? '' : String(value),
+  });
+  input.addEventListener('input', () => {
+    if (input.validity.badInput) return; // half-typed ("1e"): wait for the rest
+    const text = input.value.trim();
+    const v = text === '' ? undefined : Number(text);
+    set(v === spec.default ? undefined : v);
+    edit({ structural: false, immediate: false });
+  });
+  return h('label', { class: 'opt', for: id, title: help }, h('span', {}, label_text), input, help_el);
+}
+
+/** The layers of one list (the stack or a residual body), with their add control. */
+function layer_list(schema, layers, path, width, edit) {
+  const widths = layer_widths(layers, width);
+  const list_path = format_path(path);
+  return h(
+    'div',
+    { class: 'layer-list-wrap' },
+    h(
+      'ol',
+      { class: 'layer-list', dataset: { path: list_path } },
+      layers.map((layer, i) => layer_item(schema, layers, i, [...path, i], widths[i], edit)),
+    ),
+    add_control(schema, layers, path, edit),
+  );
+}
+
+function add_control(schema, layers, path, edit) {
+  const list_path = format_path(path);
+  const id = next_id('add');
+  const select = h(
+    'select',
+    { id, dataset: { focus: `${list_path}:add-type` }, 'aria-label': `Type of the layer to add to ${list_path}` },
+    schema.layer_types.map((t) => h('option', { value: t.name, title: t.help }, t.name)),
+  );
+  const button = h(
+    'button',
+    {
+      type: 'button',
+      class: 'add-layer',
+      dataset: { focus: `${list_path}:add` },
+      onclick: () => {
+        layers.push(new_layer(schema, select.value));
+        edit({ structural: true, immediate: true, focus: `${list_path}:add` });
+      },
+    },
+    '+ Add layer',
+  );
+  return h('div', { class: 'add-row' }, select, button);
+}
+
+function layer_item(schema, layers, i, path, width, edit) {
+  const layer = layers[i];
+  const p = format_path(path);
+  const info = layer && typeof layer === 'object' ? layer_type(schema, layer.type) : null;
+  const type_select = h(
+    'select',
+    { class: 'layer-type', dataset: { path: `${p}.type`, focus: `${p}:type` }, 'aria-label': `Type of ${p}` },
+    info ? null : h('option', { value: '', selected: true }, String(layer?.type ?? '(none)')),
+    schema.layer_types.map((t) => h('option', { value: t.name, selected: t.name === layer?.type, title: t.help }, t.name)),
+  );
+  type_select.addEventListener('change', () => {
+    layers[i] = new_layer(schema, type_select.value);
+    edit({ structural: true, immediate: true, focus: `${p}:type` });
+  });
+  const move = (delta, key) => {
+    const j = i + delta;
+    [layers[i], layers[j]] = [layers[j], layers[i]];
+    const np = format_path([...path.slice(0, -1), j]);
+    edit({ structural: true, immediate: true, focus: `${np}:${key}` });
+  };
+  const buttons = h(
+    'span',
+    { class: 'layer-buttons' },
+    h('button', { type: 'button', class: 'icon', title: 'Move up', 'aria-label': `Move ${p} up`, disabled: i === 0, dataset: { focus: `${p}:up` }, onclick: () => move(-1, 'up') }, '↑'),
+    h('button', { type: 'button', class: 'icon', title: 'Move down', 'aria-label': `Move ${p} down`, disabled: i === layers.length - 1, dataset: { focus: `${p}:down` }, onclick: () => move(1, 'down') }, '↓'),
+    h(
+      'button',
+      {
+        type: 'button',
+        class: 'icon remove',
+        title: 'Remove',
+        'aria-label': `Remove ${p}`,
+        dataset: { focus: `${p}:remove` },
+        onclick: () => {
+          layers.splice(i, 1);
+          const list = format_path(path.slice(0, -1));
+          const next = layers.length ? format_path([...path.slice(0, -1), Math.min(i, layers.length - 1)]) + ':remove' : `${list}:add`;
+          edit({ structural: true, immediate: true, focus: next });
+        },
+      },
+      '✕',
+    ),
+  );
+  const shape = width && width.in !== width.out ? `${width.in} → ${width.out}` : width ? `${width.in}` : '';
+  const head = h(
+    'div',
+    { class: 'layer-head' },
+    h('span', { class: 'layer-index', 'aria-hidden': 'true' }, String(i)),
+    type_select,
+    h('span', { class: 'layer-width', title: 'features in → out' }, shape),
+    buttons,
+  );
+  const options = [];
+  let body = null;
+  for (const spec of info?.options ?? []) {
+    if (spec.type === 'layers') {
+      const list = Array.isArray(layer[spec.name]) ? layer[spec.name] : (layer[spec.name] = []);
+      body = h(
+        'div',
+        { class: 'layer-body' },
+        h('div', { class: 'layer-body-label' }, `${spec.name} — ${spec.help}`),
+        layer_list(schema, list, [...path, spec.name], width?.in ?? 0, edit),
+      );
+      continue;
+    }
+    options.push(
+      control(spec, option_value(layer, spec), `${p}.${spec.name}`, spec.name, (v) => {
+        if (v === undefined) delete layer[spec.name];
+        else layer[spec.name] = v;
+      }, edit),
+    );
+  }
+  return h(
+    'li',
+    { class: `layer layer-${info ? layer.type : 'unknown'}`, dataset: { path: p }, title: info?.help },
+    head,
+    options.length ? h('div', { class: 'layer-options' }, options) : null,
+    body,
+  );
+}
+
+/** Marks the control (or the nearest enclosing layer) an engine error names, and repeats the
+ * message there: on a phone the status box may be a screen away. */
+function mark_error(root, path, message, error_id) {
+  if (!path) return;
+  let target = null;
+  for (let p = path; p && !target; p = p.replace(/(\.[^.[\]]+|\[\d+\])$/, '')) {
+    target = root.querySelector(`[data-path="${CSS.escape(p)}"]`);
+    if (p === p.replace(/(\.[^.[\]]+|\[\d+\])$/, '')) break;
+  }
+  if (!target) return;
+  target.classList.add('has-error');
+  if (message) {
+    const holder = target.closest('li.layer') ?? target.closest('fieldset');
+    holder?.append(h('p', { class: 'inline-error' }, h('span', { 'aria-hidden': 'true' }, '⚠ '), `${path}: ${message}`));
+  }
+  if (target.matches('input, select')) {
+    target.setAttribute('aria-invalid', 'true');
+    if (error_id) target.setAttribute('aria-describedby', `${target.getAttribute('aria-describedby') ?? ''} ${error_id}`.trim());
+  }
+}

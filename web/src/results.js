@@ -1,0 +1,162 @@
+// The report as tables, plot and formulas. Table contents come from table-model.js (shared with
+// the Markdown and CSV exports); this file only decides how a few cells look on the page.
+import katex from 'katex';
+
+import { h, clear, download } from './dom.js';
+import { bias_table, fold_table, minimal_table, invariance_table, to_markdown, to_csv, fmt_int, VERDICT_TEXT } from './table-model.js';
+import { render_sweep } from './sweep-plot.js';
+
+// Symbols keep the verdicts apart without colour: ○ nothing of it matters, ◐ part of it, ● all of it.
+const VERDICT_MARK = { redundant: '○', partly_redundant: '◐', effective: '●' };
+
+/** A dotted parameter or layer name that may wrap only after its dots. */
+function name(text) {
+  const parts = String(text).split('.');
+  return h('code', { class: 'name' }, parts.map((p, i) => (i < parts.length - 1 ? [p, '.', h('wbr')] : p)));
+}
+
+function names(list) {
+  return (list ?? []).map((w, i) => [i ? ', ' : '', name(w)]);
+}
+
+function verdict_badge(v) {
+  return h('span', { class: `badge verdict-${v}` }, h('span', { 'aria-hidden': 'true' }, VERDICT_MARK[v] ?? '?'), ' ', VERDICT_TEXT[v] ?? v);
+}
+
+function yes_no_badge(ok, yes = 'yes', no = 'no') {
+  return h('span', { class: `badge ${ok ? 'good' : 'bad'}` }, h('span', { 'aria-hidden': 'true' }, ok ? '✓' : '✗'), ' ', ok ? yes : no);
+}
+
+function formula(tex) {
+  const el = h('span', { class: 'formula' });
+  katex.render(tex, el, { throwOnError: false, displayMode: false, output: 'htmlAndMathml' });
+  return el;
+}
+
+// Cells that are more than text on the page; everything else is column.text(row).
+const CELLS = {
+  biases: {
+    param: (r) => h('code', {}, r.param),
+    verdict: (r) => verdict_badge(r.verdict),
+    why: (r) => [r.why, r.note ? h('div', { class: 'note' }, h('strong', {}, 'Note: '), r.note) : null],
+    absorbed_by: (r) => (r.absorbed_by ? name(r.absorbed_by) : r.folds?.length ? `dropped (${r.folds.join(', ')})` : '—'),
+  },
+  folds: {
+    rule: (r) => [r.title, h('br'), h('code', { class: 'muted' }, r.rule)],
+    formula: (r) => formula(r.formula),
+    where: (r) => names(r.where),
+    exact: (r) => yes_no_badge(r.exact, 'exact', 'not exact'),
+  },
+  minimal: {
+    where: (r) => names(r.where),
+    rule: (r) => h('code', {}, r.rule),
+  },
+  invariances: {
+    layer: (r) => name(r.layer),
+    holds: (r) => yes_no_badge(r.holds),
+    agrees: (r) => yes_no_badge(r.agrees),
+  },
+};
+
+function table_section(table, extra_head = null, extra_body = null) {
+  const title_id = `table-${table.id}-title`;
+  const cells = CELLS[table.id] ?? {};
+  const exports = h(
+    'span',
+    { class: 'exports' },
+    h('button', { type: 'button', class: 'small', 'aria-label': `Download the ${table.title} table as Markdown`, onclick: () => download(`biaslab-${table.id}.md`, to_markdown(table), 'text/markdown') }, 'Markdown'),
+    h('button', { type: 'button', class: 'small', 'aria-label': `Download the ${table.title} table as CSV`, onclick: () => download(`biaslab-${table.id}.csv`, to_csv(table), 'text/csv') }, 'CSV'),
+  );
+  const body = table.rows.length
+    ? h(
+        'div',
+        { class: 'table-wrap', role: 'region', 'aria-labelledby': title_id, tabindex: '0' },
+        h(
+          'table',
+          { class: `report-table table-${table.id}`, dataset: { table: table.id } },
+          h('thead', {}, h('tr', {}, table.columns.map((c) => h('th', { scope: 'col', class: c.numeric ? 'num' : '' }, c.label)))),
+          h(
+            'tbody',
+            {},
+            table.rows.map((r) =>
+              h('tr', {}, table.columns.map((c, i) => h(i === 0 ? 'th' : 'td', { scope: i === 0 ? 'row' : null, class: [c.numeric ? 'num' : '', `col-${c.key}`].join(' '), dataset: { col: c.key } }, cells[c.key] ? cells[c.key](r) : c.text(r)))),
+            ),
+          ),
+        ),
+      )
+    : h('p', { class: 'muted' }, 'None for this experiment.');
+  return h(
+    'section',
+    { class: 'result-section', id: `section-${table.id}`, 'aria-labelledby': title_id },
+    h('div', { class: 'section-head' }, h('h2', { id: title_id }, table.title), exports),
+    table.caption ? h('p', { class: 'caption' }, table.caption) : null,
+    extra_head,
+    body,
+    extra_body,
+  );
+}
+
+function summary(report, ms) {
+  const s = report.summary ?? {};
+  const parts = [
+    `${s.biases} bias${s.biases === 1 ? '' : 'es'}: ${s.redundant} redundant, ${s.partly_redundant} partly redundant, ${s.effective} effective`,
+    `${s.exact_folds} of ${s.folds} folds exact`,
+    `${fmt_int(s.parameters)} parameters`,
+  ];
+  if (report.minimal_model) parts.push(`minimal model ${fmt_int(report.minimal_model.params_after)}`);
+  const timing = report.timing_ms?.total;
+  if (timing !== undefined) parts.push(`analysed in ${Math.round(timing)} ms${ms ? ` (${Math.round(ms)} ms in the worker)` : ''}`);
+  return h('p', { class: 'summary', id: 'summary' }, parts.join(' · '));
+}
+
+let plot = null;
+
+/**
+ * @param {HTMLElement} root
+ * @param {object} report
+ * @param {{ms?: number, on_load_minimal?: (config: object) => void, embed?: boolean}} options
+ */
+export function render_results(root, report, { ms, on_load_minimal, embed = false } = {}) {
+  plot?.destroy();
+  plot = null;
+  const plot_root = h('div', { class: 'plot', role: 'img', 'aria-label': 'Log-log plot of max |Δ output| against perturbation size, one line per bias, with the noise floor' });
+  const plot_section = h(
+    'section',
+    { class: 'result-section', id: 'section-sweep', 'aria-labelledby': 'sweep-title' },
+    h(
+      'div',
+      { class: 'section-head' },
+      h('h2', { id: 'sweep-title' }, 'Perturbation sweep'),
+      h('span', { class: 'exports' }, h('button', { type: 'button', class: 'small', id: 'download-png', onclick: async () => plot && download('biaslab-sweep.png', await plot.png()) }, 'PNG')),
+    ),
+    h('p', { class: 'caption' }, report.sweep?.direction ? `Direction: ${report.sweep.direction}. Points below the noise floor are rounding.` : ''),
+    plot_root,
+  );
+  const minimal = report.minimal_model;
+  const load_minimal =
+    minimal && on_load_minimal && !embed
+      ? h('p', {}, h('button', { type: 'button', id: 'load-minimal', onclick: () => on_load_minimal(minimal.config) }, 'Load the minimal model into the editor'))
+      : null;
+  const noise = report.noise
+    ? h('p', { class: 'caption' }, `Noise floor (${report.noise.dtype}): ${report.noise.method}.`)
+    : null;
+  clear(
+    root,
+    summary(report, ms),
+    table_section(bias_table(report), null, noise),
+    plot_section,
+    table_section(fold_table(report)),
+    table_section(minimal_table(report), null, load_minimal),
+    table_section(invariance_table(report)),
+  );
+  plot = render_sweep(plot_root, report);
+}
+
+/** Re-draws the plot (its colours come from CSS, which changes with the theme). */
+export function refresh_plot(root, report) {
+  const plot_root = root.querySelector('.plot');
+  if (!plot_root || !report) return;
+  plot?.destroy();
+  plot_root.replaceChildren();
+  plot = render_sweep(plot_root, report);
+}

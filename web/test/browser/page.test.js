@@ -1,0 +1,324 @@
+// The built page (web/dist) in headless Chromium, served from 127.0.0.1 by the test itself.
+// Screenshots go to web/test/screenshots/ (gitignored) for a human to look at.
+import { test, before, after } from 'node:test';
+import assert from 'node:assert/strict';
+import { mkdir, readFile } from 'node:fs/promises';
+import { existsSync } from 'node:fs';
+import { resolve } from 'node:path';
+
+import { serve } from '../support/static-server.js';
+import { launch, watch } from '../support/browser.js';
+import { WEB, load_engine } from '../support/engine.js';
+import { encode_link } from '../../src/share-codec.js';
+
+const DIST = resolve(WEB, 'dist');
+const SHOTS = resolve(WEB, 'test/screenshots');
+
+// The host page uses the listener exactly as docs/embed.md gives it, so the docs are tested too.
+async function host_page(src) {
+  const doc = await readFile(resolve(WEB, '../docs/embed.md'), 'utf8');
+  const listener = [...doc.matchAll(/```html\n([\s\S]*?)```/g)].map((m) => m[1]).find((b) => b.includes("addEventListener('message'"));
+  assert.ok(listener, 'docs/embed.md has the host-page listener');
+  return `<!doctype html><html><head><meta charset="utf-8"><title>host</title><link rel="icon" href="data:,"></head><body>
+<h1>A blog post</h1>
+<iframe class="biaslab-embed" src="${src.replace(/&/g, '&amp;')}" title="biaslab experiment" style="width:100%;border:0" height="200"></iframe>
+<script>
+  window.heights = [];
+  window.addEventListener('message', (event) => { if (event.data && event.data.type === 'biaslab:height') window.heights.push(event.data.height); });
+</script>
+${listener}</body></html>`;
+}
+
+let server, browser;
+
+before(async () => {
+  if (!existsSync(resolve(DIST, 'index.html'))) throw new Error(`${DIST} is missing: run npm run build (or scripts/build-web.sh)`);
+  await mkdir(SHOTS, { recursive: true });
+  server = await serve(DIST);
+  browser = await launch();
+});
+
+after(async () => {
+  await browser?.close();
+  await server?.close();
+});
+
+/** Opens a page and waits for its first analysis; returns the page and its problem list. */
+async function open(url, { viewport, color_scheme } = {}) {
+  const page = await browser.context.newPage();
+  if (viewport) await page.setViewportSize(viewport);
+  if (color_scheme) await page.emulateMedia({ colorScheme: color_scheme });
+  const problems = watch(page, server.url);
+  await page.goto(url);
+  await page.waitForFunction(() => Number(document.documentElement.dataset.analyses ?? 0) >= 1, null, { timeout: 60000 });
+  return { page, problems };
+}
+
+const analyses = (page) => page.evaluate(() => Number(document.documentElement.dataset.analyses ?? 0));
+
+/** Runs `action`, then waits until the page has finished one more analysis. */
+async function after_analysis(page, action) {
+  const n = await analyses(page);
+  await action();
+  await page.waitForFunction((n) => Number(document.documentElement.dataset.analyses ?? 0) > n, n, { timeout: 60000 });
+}
+
+const table_texts = (page) => page.$$eval('#results-body table', (ts) => ts.map((t) => t.innerText));
+const bias_names = (page) => page.$$eval('table.table-biases tbody tr th', (ths) => ths.map((th) => th.innerText.trim()));
+
+test('page: loads with no console error, no failed request and nothing from another host', async () => {
+  const t0 = Date.now();
+  const { page, problems } = await open(server.url);
+  const ms = Date.now() - t0;
+  await page.waitForTimeout(300); // late errors (fonts, plot) would show up here
+  assert.deepEqual(problems, []);
+  assert.equal(await page.evaluate(() => document.documentElement.dataset.lastAnalysis), 'ok');
+  console.log(`first results ${ms} ms after navigation; requests: ${server.requests.length}`);
+  await page.close();
+});
+
+test('page: the default experiment renders all tables, formulas and the plot', async () => {
+  const { page } = await open(server.url);
+  assert.equal(await page.inputValue('#preset'), 'default');
+  const names = await bias_names(page);
+  assert.equal(names.length, 6, names.join(', '));
+  assert.ok(names.includes('layers.0.body.1.k_proj.bias'));
+  const k_row = await page.$eval('table.table-biases tbody tr:nth-child(3)', (tr) => tr.innerText);
+  assert.match(k_row, /redundant/);
+  assert.match(k_row, /64 of 64/);
+  for (const id of ['folds', 'minimal', 'invariances']) assert.ok(await page.$(`table.table-${id} tbody tr`), id);
+  assert.ok((await page.$$('table.table-folds .katex')).length >= 3, 'KaTeX formulas');
+  assert.ok(await page.$('#section-sweep canvas'), 'sweep plot');
+  assert.match(await page.textContent('#summary'), /1 redundant/);
+  await page.close();
+});
+
+test('page: editing a layer updates the tables and the link without adding history entries', async () => {
+  const { page } = await open(server.url);
+  const history_before = await page.evaluate(() => history.length);
+  await after_analysis(page, () => page.uncheck('[data-path="layers[0].body[1].k_bias"]'));
+  const names = await bias_names(page);
+  assert.equal(names.length, 5);
+  assert.ok(!names.includes('layers.0.body.1.k_proj.bias'));
+  assert.match(await page.inputValue('#config-json'), /"k_bias": false/);
+  await page.waitForFunction(() => location.hash.startsWith('#v1.'));
+  // Add a layer, then move it up: both are edits, none may push a history entry.
+  await after_analysis(page, () => page.click('.stack-editor > .layer-list-wrap > .add-row button'));
+  assert.equal((await bias_names(page)).length, 6, 'the new linear layer brings a bias');
+  await after_analysis(page, () => page.click('[aria-label="Move layers[2] up"]'));
+  assert.equal(await page.evaluate(() => history.length), history_before);
+  // The minimal model is one click away from the editor.
+  await after_analysis(page, () => page.click('#load-minimal'));
+  const minimal = JSON.parse(await page.inputValue('#config-json'));
+  assert.equal(minimal.layers[0].body[0].elementwise_affine, false, 'the LayerNorm affine was folded away');
+  assert.ok((await bias_names(page)).length < 6);
+  assert.equal(await page.evaluate(() => history.length), history_before);
+  await page.close();
+});
+
+test('page: an invalid edit names its JSON path and keeps the last good results', async () => {
+  const { page } = await open(server.url);
+  const before_tables = await table_texts(page);
+  await after_analysis(page, () => page.fill('[data-path="layers[0].body[1].num_heads"]', '5'));
+  const message = await page.textContent('#message');
+  assert.match(message, /layers\[0\]\.body\[1\]\.num_heads/);
+  assert.match(message, /does not divide/);
+  assert.equal(await page.getAttribute('[data-path="layers[0].body[1].num_heads"]', 'aria-invalid'), 'true');
+  assert.deepEqual(await table_texts(page), before_tables, 'last good results kept');
+  assert.ok(await page.$('#results.stale'));
+  await page.screenshot({ path: resolve(SHOTS, 'invalid-edit.png') });
+  // Undoing the edit brings back the experiment the tables show: no message, not stale.
+  await after_analysis(page, () => page.fill('[data-path="layers[0].body[1].num_heads"]', '4'));
+  assert.equal(await page.isHidden('#message'), true);
+  assert.equal(await page.$('#results.stale'), null);
+  await after_analysis(page, () => page.fill('[data-path="layers[0].body[1].num_heads"]', '5'));
+  // Broken JSON in the text editor: a message with line and column, results still kept.
+  await page.fill('#config-json', '{"layers": [ {"type": "linear"} ');
+  await page.waitForFunction(() => /line \d+, column \d+|JSON/.test(document.getElementById('message').textContent));
+  assert.deepEqual(await table_texts(page), before_tables);
+  // Fix it: the message goes, fresh results come.
+  await after_analysis(page, () => page.fill('#config-json', '{"layers": [{"type": "linear"}, {"type": "batchnorm"}]}'));
+  assert.equal(await page.isHidden('#message'), true);
+  assert.deepEqual(await bias_names(page), ['layers.0.bias', 'layers.1.bias']);
+  await page.close();
+});
+
+test('page: a share link opened in a fresh page gives identical numbers', async () => {
+  const { page } = await open(server.url);
+  await after_analysis(page, () => page.selectOption('#preset', 'norm-zoo'));
+  await after_analysis(page, () => page.fill('[data-path="seed"]', '12345'));
+  await page.waitForFunction(() => location.hash.startsWith('#v1.'));
+  await page.waitForTimeout(300); // the link follows edits after a short debounce
+  const url = await page.evaluate(() => location.href);
+  const tables = await table_texts(page);
+  const config = await page.inputValue('#config-json');
+  await page.close();
+
+  const fresh = await browser.context.newPage();
+  const problems = watch(fresh, server.url);
+  await fresh.goto(url);
+  await fresh.waitForFunction(() => Number(document.documentElement.dataset.analyses ?? 0) >= 1, null, { timeout: 60000 });
+  assert.deepEqual(await table_texts(fresh), tables);
+  assert.equal(await fresh.inputValue('#config-json'), config);
+  assert.deepEqual(problems, []);
+  console.log(`share link length: ${url.length} characters`);
+  await fresh.close();
+});
+
+test('page: corrupted and truncated links show a message and the default experiment', async () => {
+  const { page } = await open(server.url);
+  await after_analysis(page, () => page.selectOption('#preset', 'postnorm-transformer'));
+  await page.waitForTimeout(300);
+  const good = await page.evaluate(() => location.hash);
+  await page.close();
+  for (const hash of ['#v1.abc.!!garbage!!', good.slice(0, Math.floor(good.length / 2)), '#v7.x.y']) {
+    const { page: p } = await open(server.url + hash);
+    const message = await p.textContent('#link-notice');
+    assert.match(message, /Link problem/, hash);
+    assert.match(message, /default experiment/);
+    assert.equal(await p.inputValue('#preset'), 'default');
+    assert.equal((await bias_names(p)).length, 6);
+    await p.close();
+  }
+});
+
+test('page: a good link to an invalid experiment opens it and names the problem', async () => {
+  // Not a broken link: the reader should see the experiment and what is wrong with it.
+  const schema = (await load_engine()).schema();
+  const hash = encode_link(schema, { layers: [{ type: 'attention', num_heads: 7 }] });
+  const { page } = await open(server.url + hash);
+  assert.equal(await page.isHidden('#link-notice'), true);
+  assert.match(await page.textContent('#message'), /layers\[0\]\.num_heads: 7 does not divide features 64/);
+  assert.equal(await page.inputValue('[data-path="layers[0].num_heads"]'), '7');
+  assert.match(await page.textContent('.inline-error'), /does not divide/);
+  await page.close();
+});
+
+test('page: a long analysis shows progress and can be cancelled; the last results stay', async () => {
+  const { page } = await open(server.url);
+  const before_tables = await table_texts(page);
+  await page.selectOption('#preset', 'article2-all-biases');
+  await page.waitForSelector('#progress:not([hidden])', { timeout: 5000 });
+  assert.match(await page.textContent('#progress-text'), /%/);
+  // The page stays responsive while the worker computes.
+  const t0 = Date.now();
+  await page.evaluate(() => new Promise((ok) => setTimeout(ok, 50)));
+  assert.ok(Date.now() - t0 < 1000, 'main thread blocked');
+  await page.click('#cancel');
+  await page.waitForSelector('#progress[hidden]', { state: 'attached' });
+  assert.match(await page.textContent('#message'), /Analysis cancelled/);
+  assert.ok(await page.$('#results.stale'), 'the old results are marked as not matching the experiment');
+  assert.deepEqual(await table_texts(page), before_tables);
+  // Any edit (or "Run it anyway") clears the notice and analyses again.
+  await after_analysis(page, () => page.selectOption('#preset', 'article1-linear-batchnorm'));
+  assert.equal(await page.isHidden('#message'), true);
+  assert.equal(await page.$('#results.stale'), null);
+  await page.close();
+});
+
+test('page: a stale result never overwrites a newer one', async () => {
+  const { page } = await open(server.url);
+  await page.selectOption('#preset', 'article2-all-biases'); // seconds of work
+  await page.waitForTimeout(200);
+  await after_analysis(page, () => page.selectOption('#preset', 'article1-qk-softmax'));
+  await page.waitForTimeout(1500);
+  assert.deepEqual(await bias_names(page), ['layers.0.q_proj.bias', 'layers.0.k_proj.bias']);
+  assert.equal(await page.inputValue('#preset'), 'article1-qk-softmax');
+  await page.close();
+});
+
+test('page: embed mode shows experiment and results, posts its height, keeps its URL', async () => {
+  const { page } = await open(server.url);
+  await after_analysis(page, () => page.selectOption('#preset', 'article1-linear-layernorm'));
+  await page.waitForTimeout(300);
+  const hash = await page.evaluate(() => location.hash);
+  await page.close();
+
+  const src = `${server.url}?embed=1${hash}`;
+  server.routes['/host.html'] = await host_page(src);
+  const host = await browser.context.newPage();
+  const problems = watch(host, server.url);
+  await host.goto(`${server.url}host.html`);
+  await host.waitForFunction(() => window.heights.length > 0 && window.heights.at(-1) > 400, null, { timeout: 60000 });
+  const frame = host.frames().find((f) => f.url().includes('embed=1'));
+  await frame.waitForFunction(() => Number(document.documentElement.dataset.analyses ?? 0) >= 1);
+  await host.waitForTimeout(500);
+  const heights = await host.evaluate(() => window.heights);
+  const content = await frame.evaluate(() => Math.ceil(document.getElementById('app').getBoundingClientRect().height));
+  assert.equal(heights.at(-1), content, `posted ${heights.join(', ')}`);
+  const frame_height = await host.$eval('iframe.biaslab-embed', (f) => f.getBoundingClientRect().height);
+  assert.equal(Math.round(frame_height), content, 'the documented listener sized the iframe');
+  assert.equal(frame.url(), src, 'the embed rewrote its own URL');
+  assert.equal(await frame.isHidden('#editor-grid'), true);
+  assert.equal(await frame.isHidden('#copy-link'), true);
+  const open_link = await frame.getAttribute('#open-full', 'href');
+  assert.ok(open_link.startsWith(server.url) && !open_link.includes('embed=1') && open_link.includes(hash), open_link);
+  assert.ok(await frame.$('table.table-biases'));
+  assert.deepEqual(problems, []);
+  await host.screenshot({ path: resolve(SHOTS, 'embed-host.png'), fullPage: true });
+  console.log(`embed heights posted: ${heights.join(', ')}`);
+  await host.close();
+});
+
+test('page: tables export as Markdown and CSV, the report as JSON, the plot as PNG', async () => {
+  const { page } = await open(server.url);
+  const saved = async (selector) => {
+    const [download] = await Promise.all([page.waitForEvent('download'), page.click(selector)]);
+    return { name: download.suggestedFilename(), text: await readFile(await download.path(), 'utf8') };
+  };
+  const md = await saved('#section-biases .exports button:has-text("Markdown")');
+  assert.equal(md.name, 'biaslab-biases.md');
+  assert.match(md.text, /^### Biases/);
+  assert.match(md.text, /\| layers\.0\.body\.1\.k_proj\.bias \| redundant \| 64 of 64 \|/);
+  const csv = await saved('#section-folds .exports button:has-text("CSV")');
+  assert.equal(csv.name, 'biaslab-folds.csv');
+  assert.match(csv.text, /^Rule,Formula,Where/);
+  const json = await saved('#download-json');
+  assert.equal(JSON.parse(json.text).ok, true);
+  const [png] = await Promise.all([page.waitForEvent('download'), page.click('#download-png')]);
+  const bytes = await readFile(await png.path());
+  assert.equal(bytes.subarray(1, 4).toString(), 'PNG');
+  await page.close();
+});
+
+test('page: keyboard only: skip link first, a layer can be added with Enter', async () => {
+  const { page } = await open(server.url);
+  await page.keyboard.press('Tab');
+  assert.equal(await page.evaluate(() => document.activeElement.className), 'skip-link');
+  const add = page.locator('.stack-editor > .layer-list-wrap > .add-row button');
+  await add.focus();
+  await after_analysis(page, () => page.keyboard.press('Enter'));
+  assert.equal(await page.$$eval('.stack-editor > .layer-list-wrap > ol > li', (l) => l.length), 3);
+  assert.equal(await page.evaluate(() => document.activeElement.textContent), '+ Add layer', 'focus stays on the button');
+  await page.close();
+});
+
+test('page: screenshots at desktop width, 375 px and in dark mode', async () => {
+  const desktop = await open(server.url);
+  await desktop.page.waitForTimeout(300);
+  await desktop.page.screenshot({ path: resolve(SHOTS, 'desktop.png'), fullPage: true });
+  await desktop.page.close();
+
+  const mobile = await open(server.url, { viewport: { width: 375, height: 812 } });
+  await mobile.page.waitForTimeout(300);
+  const overflow = await mobile.page.evaluate(() => document.documentElement.scrollWidth);
+  await mobile.page.screenshot({ path: resolve(SHOTS, 'mobile-375.png'), fullPage: true });
+  assert.ok(overflow <= 375, `the page is ${overflow} px wide at 375 px`);
+  await mobile.page.close();
+
+  const dark = await open(server.url, { color_scheme: 'dark' });
+  await dark.page.waitForTimeout(300);
+  const bg = await dark.page.evaluate(() => getComputedStyle(document.body).backgroundColor);
+  assert.notEqual(bg, 'rgb(255, 255, 255)');
+  await dark.page.screenshot({ path: resolve(SHOTS, 'dark.png'), fullPage: true });
+  // The override beats the system setting.
+  await dark.page.selectOption('#theme', 'light');
+  assert.equal(await dark.page.evaluate(() => getComputedStyle(document.body).backgroundColor), 'rgb(255, 255, 255)');
+  await dark.page.selectOption('#theme', 'system');
+  await dark.page.close();
+
+  const dark_mobile = await open(server.url, { viewport: { width: 375, height: 812 }, color_scheme: 'dark' });
+  await dark_mobile.page.waitForTimeout(300);
+  await dark_mobile.page.screenshot({ path: resolve(SHOTS, 'dark-mobile-375.png'), fullPage: true });
+  await dark_mobile.page.close();
+});

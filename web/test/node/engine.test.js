@@ -1,0 +1,79 @@
+// The wasm module as the page uses it: JSON in, JSON out, every preset analysable.
+import { test } from 'node:test';
+import assert from 'node:assert/strict';
+
+import { load_engine } from '../support/engine.js';
+import { canonical_config, minimal_config } from '../../src/experiment.js';
+
+const engine = await load_engine();
+const presets = engine.presets();
+const schema = engine.schema();
+
+test('engine: reports a version and a schema with layer types', () => {
+  assert.match(engine.version(), /^\d+\.\d+\.\d+/);
+  assert.ok(schema.layer_types.length >= 5, `layer types: ${schema.layer_types.length}`);
+  assert.ok(schema.fields.some((f) => f.name === 'layers'));
+});
+
+test('engine: lists presets, each with a name, title, claim and config', () => {
+  assert.ok(presets.length > 0);
+  assert.ok(presets.some((p) => p.name === 'default'), 'the page opens on the "default" preset');
+  for (const p of presets) for (const key of ['name', 'title', 'claim', 'config']) assert.ok(p[key], `${p.name}: ${key}`);
+});
+
+for (const preset of presets) {
+  test(`engine: preset ${preset.name} analyses ok with biases`, () => {
+    const t0 = performance.now();
+    const r = engine.analyze(preset.config);
+    const ms = performance.now() - t0;
+    assert.equal(r.ok, true, JSON.stringify(r.error));
+    assert.ok(r.biases.length > 0, 'no biases');
+    for (const b of r.biases) assert.ok(['redundant', 'partly_redundant', 'effective'].includes(b.verdict), b.verdict);
+    assert.equal(r.summary.biases, r.biases.length);
+    console.log(`${preset.name}: ${r.biases.length} biases, ${r.folds.length} folds, ${ms.toFixed(0)} ms`);
+  });
+}
+
+test('engine: a config with defaults dropped (what a link carries) gives the same report', () => {
+  // The page shares only non-default values; the engine must read them back to the same numbers.
+  for (const preset of presets.filter((p) => !p.name.startsWith('article2'))) {
+    const full = engine.analyze(preset.config);
+    const short = engine.analyze({ version: 1, ...minimal_config(schema, JSON.parse(preset.config)) });
+    assert.equal(short.ok, true, `${preset.name}: ${JSON.stringify(short.error)}`);
+    assert.deepEqual(short.biases, full.biases, preset.name);
+    assert.deepEqual(short.config, full.config, preset.name);
+  }
+});
+
+test('engine: the page\'s canonical form of each preset is what the engine prints', () => {
+  for (const preset of presets) {
+    const mine = canonical_config(schema, JSON.parse(preset.config));
+    const r = engine.analyze({ ...JSON.parse(preset.config), layers: [{ type: 'relu' }] });
+    assert.equal(r.ok, true);
+    // Top-level values agree with the engine's config_to_json (layers checked above).
+    for (const key of ['version', 'seed', 'dtype']) assert.deepEqual(mine[key], r.config[key], `${preset.name}.${key}`);
+    assert.deepEqual(mine.shape, r.config.shape, `${preset.name}.shape`);
+  }
+});
+
+test('engine: an invalid config gives {ok:false} with the JSON path', () => {
+  const r = engine.analyze({ version: 1, layers: [{ type: 'linear' }, { type: 'attention', num_heads: 5 }] });
+  assert.equal(r.ok, false);
+  assert.equal(r.error.path, 'layers[1].num_heads');
+  assert.match(r.error.message, /does not divide/);
+  const bad = engine.analyze('{"layers": [');
+  assert.equal(bad.ok, false);
+  assert.match(bad.error.message, /invalid JSON/);
+});
+
+test('engine: progress is reported and cancellation stops the analysis', () => {
+  const steps = [];
+  const done = engine.analyze_with(presets[0].config, { progress: (step, f) => steps.push([step, f]) });
+  assert.equal(done.ok, true);
+  assert.ok(steps.length > 2, `progress calls: ${steps.length}`);
+  assert.deepEqual(steps.at(-1), ['done', 1]);
+  let calls = 0;
+  const stopped = engine.analyze_with(presets[0].config, { cancelled: () => ++calls > 2 });
+  assert.equal(stopped.ok, false);
+  assert.equal(stopped.error.message, 'cancelled');
+});

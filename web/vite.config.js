@@ -1,0 +1,23 @@
+// The page builds into one static folder (web/dist) that any host can serve as-is: relative
+// asset URLs (base './'), no request to another host, the wasm module bundled as an asset.
+import { resolve } from 'node:path';
+import { fileURLToPath } from 'node:url';
+import { defineConfig } from 'vite';
+
+const here = fileURLToPath(new URL('.', import.meta.url));
+// scripts/build-web.sh sets BIASLAB_WASM_DIR; the default is the emcmake build directory.
+const wasm_dir = process.env.BIASLAB_WASM_DIR ?? resolve(here, '../build-wasm/cpp/wasm');
+
+export default defineConfig({
+  base: './',
+  resolve: { alias: { '@wasm': wasm_dir } },
+  server: { fs: { allow: [here, wasm_dir] } },
+  worker: { format: 'iife' }, // a classic worker: Emscripten 3.1.6 detects workers by importScripts
+  build: {
+    outDir: 'dist',
+    emptyOutDir: true,
+    target: 'es2022',
+    assetsInlineLimit: 0, // fonts and the engine as files, cacheable, never data: URLs
+    chunkSizeWarningLimit: 600,
+  },
+});
