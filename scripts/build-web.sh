@@ -23,10 +23,7 @@ build_wasm() {
 build_page() {
   cd "$root/web"
   if [ ! -d node_modules ]; then
-    # npm ci wants every platform's optional packages (rollup, esbuild) in the lock file; a
-    # registry mirror that lacks the other platforms' ones leaves them out, and then only
-    # npm install --no-save (same locked versions, lock file untouched) works.
-    npm ci --no-audit --no-fund || npm install --no-save --no-audit --no-fund
+    npm ci --no-audit --no-fund
   fi
   BIASLAB_WASM_DIR="$root/build-wasm/cpp/wasm" npm run build
 }

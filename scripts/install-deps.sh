@@ -1,17 +1,35 @@
 #!/usr/bin/env bash
 # Installs what biaslab needs from Debian's packages, skipping what is already there.
-# Usage: scripts/install-deps.sh [native]   (native: compiler, CMake, Eigen, doctest, nlohmann-json)
+#   scripts/install-deps.sh [native] [web] [torch]     (no argument: all three)
+#   native: compiler, CMake, Eigen, doctest, nlohmann-json   (the core, CLI and C++ tests)
+#   web:    Emscripten, Node.js + npm, Chromium             (the wasm module, the page, its tests)
+#   torch:  PyTorch and NumPy                              (the parity suite against torch)
 set -euo pipefail
 
-want=(cmake g++ make libeigen3-dev doctest-dev nlohmann-json3-dev)
+groups=("$@")
+[ ${#groups[@]} -eq 0 ] && groups=(native web torch)
+
+want=()
+for g in "${groups[@]}"; do
+  case "$g" in
+    native) want+=(cmake g++ make libeigen3-dev doctest-dev nlohmann-json3-dev) ;;
+    web)
+      want+=(emscripten chromium)
+      # Node 20 may come from the machine image; only fall back to Debian's when it is absent.
+      command -v node >/dev/null || want+=(nodejs)
+      command -v npm >/dev/null || want+=(npm)
+      ;;
+    torch) want+=(python3-torch python3-numpy) ;;
+    *) echo "unknown group '$g' (native, web, torch)" >&2; exit 2 ;;
+  esac
+done
 
 missing=()
 for pkg in "${want[@]}"; do
   dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep -q "install ok installed" || missing+=("$pkg")
 done
-if [ ${#missing[@]} -eq 0 ]; then
-  exit 0
-fi
+[ ${#missing[@]} -eq 0 ] && exit 0
+
 echo "installing: ${missing[*]}"
 sudo_cmd=()
 if [ "$(id -u)" -ne 0 ]; then

@@ -1,7 +1,10 @@
 #!/usr/bin/env bash
-# All tests: install what is missing, build, run the doctest suite and the CLI checks (ctest).
+# All tests: install what is missing, build, then run the C++ suites and CLI checks (ctest),
+# the Node tests of the wasm module and the browser tests in headless Chromium (web/: npm test).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/install-deps.sh
 scripts/build.sh
 ctest --test-dir build --output-on-failure -j"$(nproc)"
+scripts/build-web.sh wasm
+(cd web && { [ -d node_modules ] || npm ci --no-audit --no-fund; } && BIASLAB_WASM_DIR="$PWD/../build-wasm/cpp/wasm" npm test)
