@@ -194,13 +194,13 @@ TEST_CASE("safetensors: an experiment's tensors read back into the same network"
     sync_network(net);
     const Mat x = draw_input(cfg, 0);
     const Mat y = Mat::Constant(6, 6, 0.25);
-    const auto bytes = write_experiment_tensors(net, x, &y);
+    const auto bytes = write_experiment_tensors({net, x, y, {draw_input(cfg, 1), draw_input(cfg, 2)}});
     REQUIRE(bytes.ok());
 
     const auto file = read_safetensors(*bytes);
     REQUIRE(file.ok());
     const Model m = compile(net);
-    REQUIRE(file->tensors.size() == m.params.size() + 2);
+    REQUIRE(file->tensors.size() == m.params.size() + 3);
     for (size_t i = 0; i < m.params.size(); ++i) CHECK(file->tensors[i].name == m.params[i].name);
     CHECK(file->find("layers.0.weight")->shape == std::vector<std::int64_t>{6, 4});
     CHECK(file->find("layers.1.running_var")->shape == std::vector<std::int64_t>{6});
@@ -209,6 +209,7 @@ TEST_CASE("safetensors: an experiment's tensors read back into the same network"
     CHECK(file->find("input")->shape == std::vector<std::int64_t>{2, 3, 4});
     CHECK(file->find("input")->dtype == (dt == DType::float32 ? TensorDType::f32 : TensorDType::f64));
     CHECK(file->find("output")->dtype == TensorDType::f64);
+    CHECK(file->find("structure_inputs")->shape == std::vector<std::int64_t>{2, 2, 3, 4});
 
     const auto back = read_experiment_tensors(cfg, *bytes);
     REQUIRE(back.ok());
@@ -217,9 +218,10 @@ TEST_CASE("safetensors: an experiment's tensors read back into the same network"
       const Mat want = dt == DType::float32 ? Mat(m.params[i].value.cast<float>().cast<double>()) : m.params[i].value;
       CHECK((mb.params[i].value - want).cwiseAbs().maxCoeff() == 0.0);
     }
-    CHECK(back->has_output);
     CHECK(back->output == y);
     CHECK(back->input.rows() == 6);
+    REQUIRE(back->structure_inputs.size() == 2);
+    CHECK(back->structure_inputs[1] == draw_input(cfg, 2));  // F64 whatever the config's dtype
   }
 }
 
@@ -229,7 +231,7 @@ TEST_CASE("safetensors: an experiment file that does not fit the config is an er
   sync_network(net);
   const Mat x = draw_input(cfg, 0);
   auto with = [&](auto edit) {
-    TensorFile f = *read_safetensors(*write_experiment_tensors(net, x));
+    TensorFile f = *read_safetensors(*write_experiment_tensors({net, x, Mat(), {}}));
     edit(f);
     return read_experiment_tensors(cfg, *write_safetensors(f));
   };
@@ -255,6 +257,11 @@ TEST_CASE("safetensors: an experiment file that does not fit the config is an er
     REQUIRE_FALSE(r.ok());
     CHECK(r.error().path == "layers.2.body.0.bias");
     CHECK(contains(r.error().message, "not a parameter"));
+  }
+  SUBCASE("structure inputs of the wrong shape") {
+    const auto r = with([](TensorFile& f) { f.tensors.push_back({"structure_inputs", TensorDType::f64, {1, 2, 3, 5}, std::vector<double>(30)}); });
+    REQUIRE_FALSE(r.ok());
+    CHECK(r.error().path == "structure_inputs");
   }
   SUBCASE("an output of the wrong width") {
     const auto r = with([](TensorFile& f) { f.tensors.push_back({"output", TensorDType::f64, {2, 3, 4}, std::vector<double>(24)}); });

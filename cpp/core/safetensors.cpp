@@ -363,9 +363,11 @@ Result<std::string> write_safetensors(const TensorFile& file) {
   }
 }
 
-Result<std::string> write_experiment_tensors(const Network& net, const Mat& input, const Mat* output) {
+Result<std::string> write_experiment_tensors(const ExperimentTensors& x) {
   try {
+    const Network& net = x.net;
     const Shape& s = net.config.shape;
+    const Eigen::Index rows = Eigen::Index(s.batch) * s.tokens;
     const TensorDType dt = net.config.dtype == DType::float32 ? TensorDType::f32 : TensorDType::f64;
     TensorFile file;
     file.metadata = {{"format", "pt"},
@@ -374,16 +376,27 @@ Result<std::string> write_experiment_tensors(const Network& net, const Mat& inpu
     visit_params(net.layers, "layers.", [&](const std::string& name, const Param& p) {
       file.tensors.push_back(matrix_tensor(name, dt, param_shape(p), p.value));
     });
-    if (input.rows() != Eigen::Index(s.batch) * s.tokens || input.cols() != s.features)
+    if (x.input.rows() != rows || x.input.cols() != s.features)
       return Error{"input", "shape does not match the config"};
-    file.tensors.push_back(matrix_tensor("input", dt, {s.batch, s.tokens, s.features}, input));
-    if (output) {
-      if (output->rows() != input.rows() || output->cols() != output_width(net))
+    file.tensors.push_back(matrix_tensor("input", dt, {s.batch, s.tokens, s.features}, x.input));
+    if (x.output.size() > 0) {
+      if (x.output.rows() != rows || x.output.cols() != output_width(net))
         return Error{"output", "shape does not match the config"};
-      file.tensors.push_back(
-          matrix_tensor("output", TensorDType::f64, {s.batch, s.tokens, output->cols()}, *output));
+      file.tensors.push_back(matrix_tensor("output", TensorDType::f64, {s.batch, s.tokens, x.output.cols()}, x.output));
+    }
+    if (!x.structure_inputs.empty()) {
+      const std::int64_t K = static_cast<std::int64_t>(x.structure_inputs.size());
+      Tensor t{"structure_inputs", TensorDType::f64, {K, s.batch, s.tokens, s.features}, {}};
+      for (const Mat& m : x.structure_inputs) {
+        if (m.rows() != rows || m.cols() != s.features)
+          return Error{"structure_inputs", "shape does not match the config"};
+        t.values.insert(t.values.end(), m.data(), m.data() + m.size());
+      }
+      file.tensors.push_back(std::move(t));
     }
     return write_safetensors(file);
+  } catch (const std::bad_alloc&) {
+    return Error{"", "out of memory while writing the tensors"};
   } catch (const std::exception& e) {
     return Error{"", std::string("the tensor file could not be written: ") + e.what()};
   }
@@ -418,7 +431,12 @@ Result<ExperimentTensors> read_experiment_tensors(const ExperimentConfig& config
     if (file->find("output")) {
       const int w = output_width(out.net);
       if (auto e = take("output", {s.batch, s.tokens, w}, rows, w, out.output)) return *e;
-      out.has_output = true;
+    }
+    if (const Tensor* t = file->find("structure_inputs")) {
+      const std::int64_t K = t->shape.empty() ? 0 : t->shape[0];
+      Mat all;
+      if (auto e = take("structure_inputs", {K, s.batch, s.tokens, s.features}, K * rows, s.features, all)) return *e;
+      for (std::int64_t k = 0; k < K; ++k) out.structure_inputs.push_back(all.middleRows(k * rows, rows));
     }
     for (const Tensor& t : file->tensors)
       if (!used.count(t.name))

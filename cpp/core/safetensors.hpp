@@ -46,19 +46,19 @@ Result<std::string> write_safetensors(const TensorFile& file);
 
 // ---------------------------------------------------------------------------------------------
 // An experiment's tensors: every parameter and buffer of the network under its dotted name
-// (Model::params, e.g. "layers.0.body.1.k_proj.bias"; matrices (out, in), vectors (n)), the
-// input "input" (batch, tokens, features) and optionally "output" (batch, tokens, out features,
-// always F64). Parameters and input are stored in the config's dtype; the config itself goes
-// into the metadata ("biaslab_config") for people who open the file elsewhere.
+// (Model::params, e.g. "layers.0.body.1.k_proj.bias"; matrices (out, in), vectors (n)) and the
+// input "input" (batch, tokens, features), in the config's dtype; optionally "output"
+// (batch, tokens, out features) and "structure_inputs" (K, batch, tokens, features), both F64.
+// The config itself goes into the metadata ("biaslab_config") for people who open the file
+// elsewhere.
 struct ExperimentTensors {
   Network net;
-  Mat input;           // (B*T, F)
-  Mat output;          // (B*T, F_out); empty when the file has none
-  bool has_output = false;
+  Mat input;                          // (B*T, F)
+  Mat output;                         // (B*T, F_out); empty when absent
+  std::vector<Mat> structure_inputs;  // K of (B*T, F): the structural analysis's inputs 1..K
 };
 
-Result<std::string> write_experiment_tensors(const Network& net, const Mat& input,
-                                             const Mat* output = nullptr);
+Result<std::string> write_experiment_tensors(const ExperimentTensors& tensors);
 // Builds the config's network and replaces every parameter, buffer and the input with the
 // file's values. Every tensor the config declares must be present with its exact shape; a tensor
 // the config does not declare is an error too (a typo would otherwise be silently ignored).
