@@ -126,11 +126,26 @@ class FeaturesLast:
         return super().forward(x.transpose(1, 2)).transpose(1, 2)
 )PY";
 
-const char* const kBatchNorm = R"PY(
+const char* const kBatchNormClass = R"PY(
 
 class BatchNorm1d(FeaturesLast, nn.BatchNorm1d):
     pass
+)PY";
 
+// torch refuses statistics over one element; the engine defines them (x - mean = 0).
+const char* const kBatchNormClassOneValue = R"PY(
+
+class BatchNorm1d(FeaturesLast, nn.BatchNorm1d):
+    def forward(self, x):
+        # torch refuses batch statistics of one value per feature (here batch * tokens = 1), but
+        # they are defined (x - mean = 0): a duplicated token leaves the mean and the biased
+        # variance exactly unchanged.
+        if self.training and x.shape[0] * x.shape[1] == 1:
+            return super().forward(torch.cat([x, x], dim=1))[:, :1]
+        return super().forward(x)
+)PY";
+
+const char* const kBatchNorm = R"PY(
 
 def batch_norm(features, eps, affine, mode):
     """nn.BatchNorm1d in `mode`: "train" normalises with the batch statistics, "eval" with
@@ -153,6 +168,18 @@ const char* const kInstanceNorm = R"PY(
 
 class InstanceNorm1d(FeaturesLast, nn.InstanceNorm1d):
     pass
+)PY";
+
+const char* const kInstanceNormOneToken = R"PY(
+
+class InstanceNorm1d(FeaturesLast, nn.InstanceNorm1d):
+    def forward(self, x):
+        # torch refuses instance statistics over one token ("more than 1 spatial element"), but
+        # they are defined (x - mean = 0): a duplicated token leaves the mean and the biased
+        # variance exactly unchanged.
+        if x.shape[1] == 1:
+            return super().forward(torch.cat([x, x], dim=1))[:, :1]
+        return super().forward(x)
 )PY";
 
 const char* const kResidual = R"PY(
@@ -487,37 +514,55 @@ def per_token_response(model, owner, x, direction):
     return torch.zeros(1, dtype=torch.float64) if tangent is None else tangent
 
 
-def structure(model, name, inputs, max_samples):
+def structure(model, name, inputs, max_samples, subspace=None):
     """The redundant dimension of bias `name`: the nullity of d(output)/d(bias) stacked over
     independent inputs until the rank stops growing (one input can fake null directions: with few
     tokens a head sees only T-1 key differences). Only the triangular factor R of the stacked
     Jacobian is kept (R^T R = J^T J); singular values of R below STRUCTURE_RTOL x the reference
-    scale are null."""
+    scale are null.
+
+    With `subspace` = s < n (wide layers, where the full Jacobian is slow) only a random
+    s-dimensional subspace P of the bias is analysed. Its nullity is generically max(0, s - rank),
+    so the redundant dimension is exact when it exceeds n - s and otherwise only bounded by n - s."""
     bias = model.get_parameter(name).detach()
     owner = model.get_submodule(name.rsplit(".", 1)[0])
     n = bias.numel()
     generator = torch.Generator().manual_seed(SEED + 3)
+    if subspace and subspace < n:
+        P = torch.linalg.qr(torch.randn(n, subspace, generator=generator, dtype=torch.float64)).Q  # (n, s)
+        at, to_bias = torch.zeros(subspace, dtype=torch.float64), lambda c: bias + P @ c
+    else:
+        P, at, to_bias = None, bias, lambda b: b
+    m = at.numel()
     R, ranks, reference_sq = None, [], 0.0
     for k in range(max_samples):
         x = inputs.get(k)
-        J = jacobian(lambda b: functional_call(model, {name: b}, (x,)).reshape(-1), bias,
-                     vectorize=True, strategy="forward-mode")  # (B*T*F_out, n)
+        J = jacobian(lambda c: functional_call(model, {name: to_bias(c)}, (x,)).reshape(-1), at,
+                     vectorize=True, strategy="forward-mode")  # (B*T*F_out, m)
         direction = torch.randn(BATCH, TOKENS, n, generator=generator, dtype=torch.float64) / math.sqrt(n)
         reference_sq += per_token_response(model, owner, x, direction).pow(2).sum().item()
         R = torch.linalg.qr(J if R is None else torch.cat([R, J]), mode="r").R
         tau = STRUCTURE_RTOL * math.sqrt(reference_sq)
         sigma = torch.linalg.svdvals(R)
         ranks.append(int((sigma > tau).sum()))
-        if ranks[-1] == n or (k + 1 >= MIN_SAMPLES and ranks[-1] == ranks[-2]):
+        if ranks[-1] == m or (k + 1 >= MIN_SAMPLES and ranks[-1] == ranks[-2]):
             break
     rank = ranks[-1]
     _, sigma, Vh = torch.linalg.svd(R, full_matrices=True)
     reference = math.sqrt(reference_sq)
     kept, null = sigma[:rank], sigma[rank:]
-    return {"redundant_dim": n - rank, "null_basis": Vh[rank:].T,
-            "samples": len(ranks), "rank_history": ranks,
-            "null_sigma_max": (null.max().item() / reference) if len(null) and reference > 0 else 0.0,
-            "kept_sigma_min": (kept.min().item() / reference) if rank and reference > 0 else 0.0}
+    out = {"redundant_dim": m - rank, "null_basis": Vh[rank:].T,
+           "samples": len(ranks), "rank_history": ranks,
+           "null_sigma_max": (null.max().item() / reference) if len(null) and reference > 0 else 0.0,
+           "kept_sigma_min": (kept.min().item() / reference) if rank and reference > 0 else 0.0}
+    if P is not None:
+        nullity = m - rank
+        out["null_basis"] = P @ out["null_basis"]
+        out["subspace"], out["subspace_nullity"] = m, nullity
+        out["redundant_dim"] = n - m + nullity if nullity > 0 else None
+        if nullity == 0:
+            out["redundant_dim_at_most"] = n - m
+    return out
 
 
 def unit_rms(v):
@@ -529,7 +574,7 @@ def verdict_for(k, n):
     return "redundant" if k == n else "effective" if k == 0 else "partly_redundant"
 
 
-def analyse_biases(model, evaluator, max_samples, given_inputs=None):
+def analyse_biases(model, evaluator, max_samples, given_inputs=None, subspace=None):
     """Per bias: structural redundant dimension, a random perturbation of RMS 1 per entry against
     the noise floor, and the verdict (a full perturbation below the floor: redundant; else, with
     0 < k < n null directions, a perturbation inside the null space decides partly_redundant)."""
@@ -541,7 +586,7 @@ def analyse_biases(model, evaluator, max_samples, given_inputs=None):
         if not name.endswith("bias"):
             continue
         n = p.numel()
-        st = structure(model, name, inputs, max_samples)
+        st = structure(model, name, inputs, max_samples, subspace)
         k = st["redundant_dim"]
         u = unit_rms(torch.randn(n, generator=generator, dtype=torch.float64))
         full = compare(base, evaluator.run(name, p.detach() + u))
@@ -549,8 +594,8 @@ def analyse_biases(model, evaluator, max_samples, given_inputs=None):
         parts = {}
         if not full["above_floor"]:
             verdict = "redundant"
-        elif 0 < k < n:
-            g = torch.randn(k, generator=generator, dtype=torch.float64)
+        elif k is not None and 0 < k < n:
+            g = torch.randn(st["null_basis"].shape[1], generator=generator, dtype=torch.float64)
             inside = compare(base, evaluator.run(name, p.detach() + unit_rms(st["null_basis"] @ g)))
             parts["redundant_part"] = {key: inside[key] for key in ("max_abs_delta", "noise_floor")}
             verdict = "effective" if inside["above_floor"] else "partly_redundant"
@@ -559,10 +604,15 @@ def analyse_biases(model, evaluator, max_samples, given_inputs=None):
         row["verdict"] = verdict
         row["max_abs_delta"] = full["max_abs_delta"]
         row["noise_floor"] = full["noise_floor"]
-        row["consistent"] = verdict == verdict_for(k, n)
+        if k is None:  # only bounded by the subspace check: the verdict takes it as 0
+            row["redundant_dim_at_most"] = st["redundant_dim_at_most"]
+            row["consistent"] = None
+        else:
+            row["consistent"] = verdict == verdict_for(k, n)
         if parts:
             row["parts"] = parts
-        row["structure"] = {key: st[key] for key in ("samples", "rank_history", "null_sigma_max", "kept_sigma_min")}
+        row["structure"] = {key: st[key] for key in ("samples", "rank_history", "null_sigma_max", "kept_sigma_min",
+                                                     "subspace", "subspace_nullity") if key in st}
         rows.append(row)
     return rows
 
@@ -600,10 +650,11 @@ def print_table(report):
         fc = report["forward_check"]
         print(f"float64 forward vs the engine's output: max |diff| {fmt(fc['max_abs_diff'])} "
               f"(relative {fmt(fc['rel_diff'])})")
-    print(f"\n{'bias':<36} {'size':>6} {'redundant':>11}  {'verdict':<17} {'max |delta|':>11} {'noise floor':>11}")
+    print(f"\n{'bias':<36} {'size':>6} {'redundant':>14}  {'verdict':<17} {'max |delta|':>11} {'noise floor':>11}")
     for b in report["biases"]:
-        red = f"{b['redundant_dim']} of {b['size']}"
-        print(f"{b['param']:<36} {b['size']:>6} {red:>11}  {b['verdict']:<17} {fmt(b['max_abs_delta']):>11} {fmt(b['noise_floor']):>11}")
+        k = b["redundant_dim"]
+        red = f"{k} of {b['size']}" if k is not None else f"<={b['redundant_dim_at_most']} of {b['size']}"
+        print(f"{b['param']:<36} {b['size']:>6} {red:>14}  {b['verdict']:<17} {fmt(b['max_abs_delta']):>11} {fmt(b['noise_floor']):>11}")
     if report["folds"]:
         print(f"\n{'fold':<28} {'where':<36} {'exact':<6} {'max |delta|':>11} {'noise floor':>11}")
         for f in report["folds"]:
@@ -621,6 +672,9 @@ def main(argv=None):
     parser.add_argument("--threads", type=int, help="torch threads (default: torch's choice)")
     parser.add_argument("--max-samples", type=int, default=64,
                         help="most inputs stacked per bias in the structural analysis (default 64)")
+    parser.add_argument("--structure-subspace", type=int, metavar="S",
+                        help="for biases wider than S, analyse only a random S-dimensional subspace "
+                        "(fast for wide layers; the redundant dimension is then exact only above n - S)")
     args = parser.parse_args(argv)
     if args.threads:
         torch.set_num_threads(args.threads)
@@ -643,7 +697,7 @@ def main(argv=None):
     start = time.perf_counter()
     evaluator = Evaluator(model, x)
     base = evaluator.run()
-    biases = analyse_biases(model, evaluator, args.max_samples, given_inputs)
+    biases = analyse_biases(model, evaluator, args.max_samples, given_inputs, args.structure_subspace)
     after_biases = time.perf_counter()
     folds = analyse_folds(model, evaluator)
     end = time.perf_counter()
@@ -844,9 +898,12 @@ then checks every exact fold that applies against the same floor.
   if (needs.rmsnorm) out += kRmsNorm;
   if (needs.ln_without_bias) out += kLayerNormWithoutBias;
   if (needs.batchnorm || needs.groupnorm || needs.instancenorm) out += kFeaturesLast;
-  if (needs.batchnorm) out += kBatchNorm;
+  if (needs.batchnorm) {
+    out += s.batch * s.tokens == 1 ? kBatchNormClassOneValue : kBatchNormClass;
+    out += kBatchNorm;
+  }
   if (needs.groupnorm) out += kGroupNorm;
-  if (needs.instancenorm) out += kInstanceNorm;
+  if (needs.instancenorm) out += s.tokens == 1 ? kInstanceNormOneToken : kInstanceNorm;
   if (needs.residual) out += kResidual;
   out += kNet;
   out += "\n\ndef build_model():\n    return Net([\n";
