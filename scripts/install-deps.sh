@@ -4,6 +4,8 @@
 set -euo pipefail
 
 want=(cmake g++ make libeigen3-dev doctest-dev nlohmann-json3-dev)
+# The torch parity suite (tests/torch/) runs exported scripts with Debian's PyTorch.
+want+=(python3-torch python3-numpy)
 
 missing=()
 for pkg in "${want[@]}"; do
