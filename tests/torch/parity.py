@@ -8,7 +8,9 @@ For every preset and every generated config (configs.py), it
   4. compares: the float64 forward equals the engine's output to FORWARD_RTOL (relative to the
      largest output); every bias has the same redundant dimension and verdict; the same folds
      apply and every one is exact in both.
-A mismatch prints the config, the parameter (or fold) and both values.
+A mismatch prints the config, the parameter (or fold) and both values. One difference is reported
+but not failed: partly_redundant vs effective when only the single random probe inside the null
+space differs (see compare()).
 
 Biases wider than WIDE (the 1024-wide article presets) get a lighter structural check: torch
 analyses a random SUBSPACE-dimensional subspace of the bias, whose nullity must be
@@ -69,7 +71,7 @@ class Case:
     def __init__(self, name, config):
         self.name, self.config = name, config
         self.failures, self.notes = [], []
-        self.engine_s = self.torch_s = self.torch_analysis_ms = None
+        self.engine_s = self.torch_s = self.torch_analysis_ms = self.forward_rel = None
 
     def fail(self, what, engine, torch_value):
         self.failures.append(f"{what}: engine {engine}, torch {torch_value}")
@@ -100,7 +102,7 @@ def check(case, biaslab, python, work):
     cmd = [python, base + ".py", base + ".safetensors", "--json"]
     if light:
         cmd += ["--structure-subspace", str(SUBSPACE)]
-        case.notes.append(f"structural check on a random {SUBSPACE}-dimensional subspace of biases wider than {SUBSPACE}")
+        case.notes.append(f"structural check on a random {SUBSPACE}-dimensional subspace of each bias (wider than {WIDE})")
     start = time.perf_counter()
     ran = run(cmd)
     case.torch_s = time.perf_counter() - start
@@ -117,7 +119,9 @@ def compare(case, engine, torch_report):
     fc = torch_report.get("forward_check")
     if fc is None:
         case.failures.append("the script did not compare its forward with the engine's output")
-    elif not fc["rel_diff"] <= FORWARD_RTOL:
+    else:
+        case.forward_rel = fc["rel_diff"]
+    if fc is not None and not fc["rel_diff"] <= FORWARD_RTOL:
         case.fail(f"forward output (max |diff| / max |output|, tolerance {FORWARD_RTOL:g})", "reference",
                   f"{fc['rel_diff']:.3e} (max |diff| {fc['max_abs_diff']:.3e})")
 
@@ -143,13 +147,15 @@ def compare(case, engine, torch_report):
             values = [f"{r['verdict']} (max |delta| {r['max_abs_delta']}, floor {r['noise_floor']}"
                       f"{', null-space probe ' + json.dumps(r['parts']['redundant_part']) if 'parts' in r else ''})"
                       for r in (e, t)]
-            # A verdict that contradicts its own side's structure was decided by one random probe
-            # (local redundancy such as units no sampled input activates, or an effect at rounding
-            # level): both answers are legitimate draws, so it is reported, not failed.
-            ambiguous = [side for side, r in (("engine", e), ("torch", t)) if r.get("consistent") is False]
-            if ambiguous:
-                case.notes.append(f"ambiguous verdict of {name} (the {' and '.join(ambiguous)} verdict contradicts "
-                                  f"its structure, k = {k} of {n}): engine {values[0]}, torch {values[1]}")
+            # With 0 < k < n null directions, partly_redundant vs effective is decided by ONE random
+            # probe inside the null space; when only that probe differs, both answers are legitimate
+            # draws of the engine's method (local redundancy such as units no input activates, where
+            # the probe's sign decides; or an effect at rounding level), so it is reported, not failed.
+            probe_only = (t.get("redundant_dim") == k and 0 < k < n and {e["verdict"], t["verdict"]} ==
+                          {"partly_redundant", "effective"} and "parts" in e and "parts" in t)
+            if probe_only:
+                case.notes.append(f"verdict of {name} decided by the null-space probe (k = {k} of {n}): "
+                                  f"engine {values[0]}, torch {values[1]}")
             else:
                 case.fail(f"{name} verdict", *values)
 
@@ -210,6 +216,13 @@ def main():
                 text = f.read()
             seen_rules |= {r for r in FOLD_RULES if f'("{r}"' in text}
     print(f"{len(cases) - failed} of {len(cases)} experiments agree ({time.perf_counter() - start:.0f} s)")
+    measured = [c for c in cases if c.forward_rel is not None]
+    if measured:
+        worst = max(measured, key=lambda c: c.forward_rel)
+        print(f"largest forward difference: {worst.forward_rel:.2e} of the largest output ({worst.name})")
+    probe_notes = sum(n.startswith("verdict of") for c in cases for n in c.notes)
+    if probe_notes:
+        print(f"{probe_notes} verdict(s) decided differently by the null-space probe (reported above, not failed)")
     unseen = FOLD_RULES - seen_rules
     if unseen and not args.only:
         print(f"FAIL fold coverage: no experiment exercises {sorted(unseen)}")
