@@ -214,11 +214,13 @@ class Net(nn.Module):
 )PY";
 
 // Fold helpers: each rewrites a float64 model in place at (seq, i), as the engine's rule does.
-const char* const kFoldCommon = R"PY(
+const char* const kFoldBanner = R"PY(
 
 # =============================================================================================
 # Exact folds: rewrites of the model that must leave its output unchanged
-# =============================================================================================
+# =============================================================================================)PY";
+
+const char* const kFoldCommon = R"PY(
 def set_bias(linear, value):
     """Gives `linear` the bias `value` (creating the parameter when it had none)."""
     linear.bias = nn.Parameter(value.detach().clone())
@@ -365,6 +367,9 @@ const char* const kIo = R"PY(
 # =============================================================================================
 # Weights and input
 # =============================================================================================
+NUMPY_DTYPES = {"F16": "<f2", "F32": "<f4", "F64": "<f8"}  # little-endian, as the format stores them
+
+
 def read_safetensors(path):
     """{name: tensor} from a .safetensors file: an 8-byte little-endian header length N, N bytes
     of JSON header (dtype, shape, data_offsets per tensor), then the raw little-endian data."""
@@ -384,8 +389,8 @@ def read_safetensors(path):
         raw = body[begin:end]
         if info["dtype"] == "BF16":  # the upper half of a float32
             array = (np.frombuffer(raw, dtype="<u2").astype(np.uint32) << 16).view(np.float32)
-        elif info["dtype"] in ("F16", "F32", "F64"):
-            array = np.frombuffer(raw, dtype="<f" + str(int(info["dtype"][1:]) // 8))
+        elif info["dtype"] in NUMPY_DTYPES:
+            array = np.frombuffer(raw, dtype=NUMPY_DTYPES[info["dtype"]])
         else:
             sys.exit(f"{path}: tensor {name} has dtype {info['dtype']}; this script reads F16, BF16, F32 and F64")
         tensors[name] = torch.from_numpy(array.astype(array.dtype.newbyteorder("="))).reshape(info["shape"])
@@ -911,7 +916,10 @@ then checks every exact fold that applies against the same floor.
   out += "    ])\n";
 
   if (!folds.empty()) {
-    out += kFoldCommon;
+    out += kFoldBanner;
+    const bool sets_biases = rules.size() > rules.count("drop_key_bias") + rules.count("drop_bias_before_norm") +
+                                                rules.count("centre_bias_before_norm") + rules.count("layernorm_to_rmsnorm");
+    if (sets_biases) out += kFoldCommon;
     if (uses_feeder) out += kFoldFeeder;
     if (rules.count("fold_layernorm_affine") || rules.count("fold_rmsnorm_gain")) out += kFoldNormAffine;
     if (rules.count("fuse_linear_batchnorm_eval") || rules.count("fuse_batchnorm_eval_linear")) out += kFoldBatchNorm;
