@@ -19,6 +19,7 @@
 #include "core/config.hpp"
 #include "core/format.hpp"
 #include "core/presets.hpp"
+#include "export_cmd.hpp"
 #include "native_setup.hpp"
 
 namespace {
@@ -28,6 +29,7 @@ const char* kUsage = R"(biaslab: which biases and affine parameters does a layer
 usage:
   biaslab analyze FILE|- [--format table|json|markdown] [--no-sweep] [--no-invariances] [--no-folds]
   biaslab analyze --preset NAME [options as above]
+  biaslab export-torch FILE|-|--preset NAME -o SCRIPT.py [--weights FILE.safetensors] [--load FILE]
   biaslab presets              list the presets (the articles' checks)
   biaslab preset NAME          print a preset's config (format v1 JSON)
   biaslab schema               print the config schema (layer types, options, defaults, limits)
@@ -154,6 +156,7 @@ int main(int argc, char** argv) {
   args.erase(args.begin());
   try {
     if (cmd == "analyze") return cmd_analyze(args);
+    if (cmd == "export-torch") return biaslab_cli::cmd_export_torch(args);
     if (cmd == "presets") {
       for (const auto& p : biaslab::presets())
         std::cout << p.name << std::string(p.name.size() < 28 ? 28 - p.name.size() : 1, ' ') << p.title << "\n"
