@@ -452,7 +452,7 @@ const char* const kAnalysis = R"PY(
 # =============================================================================================
 # The analysis: biaslab's report fields (format 1)
 # =============================================================================================
-FLOOR_FACTOR = 4.0            # a difference is real only above 4 x (rounding of one side + of the other)
+FLOOR_FACTOR = 8.0            # a difference is real only above 8 x (rounding of one side + of the other)
 ROUNDOFF_RATIO = 2.0 ** -29   # 2^-52 / 2^-23: carries a rounding measured in float32 to float64
 STRUCTURE_RTOL = 1e-8         # a singular value <= 1e-8 x the reference scale is null
 MIN_SAMPLES = 2               # inputs stacked at least, before "the rank stopped growing" counts
@@ -478,15 +478,20 @@ class Evaluator:
             y64 = functional_call(self.model64, o64, (self.x64,))
         finite = bool(torch.isfinite(y32).all() and torch.isfinite(y64).all())
         diff = (y32 - y64).abs().max().item() if finite else 0.0
+        # Never below one unit roundoff of the largest output.
+        last = (2.0 ** -24 if DTYPE is torch.float32 else 2.0 ** -53) * (y64.abs().max().item() if finite else 0.0)
         if DTYPE is torch.float32:
-            return {"y": y32, "rounding": diff, "finite": finite}
-        return {"y": y64, "rounding": diff * ROUNDOFF_RATIO, "finite": finite}
+            return {"y": y32, "other": y64, "rounding": max(diff, last), "finite": finite}
+        return {"y": y64, "other": y32, "rounding": max(diff * ROUNDOFF_RATIO, last), "finite": finite}
 
 
 def compare(a, b):
-    """max |b - a| against the noise floor 4 (r_a + r_b); never a fixed tolerance."""
+    """max |b - a| against the noise floor 8 (r_a + r_b), for float64 at least 8 x 2^-29 x the same
+    difference taken in float32 (its rounding noise, conditioning included); never a fixed tolerance."""
     floor = FLOOR_FACTOR * (a["rounding"] + b["rounding"])
     finite = a["finite"] and b["finite"]
+    if finite and DTYPE is torch.float64:
+        floor = max(floor, FLOOR_FACTOR * ROUNDOFF_RATIO * (b["other"] - a["other"]).abs().max().item())
     max_abs = (b["y"] - a["y"]).abs().max().item() if finite else None
     return {"max_abs_delta": max_abs, "noise_floor": floor,
             "above_floor": (not finite) or max_abs > floor}
@@ -601,7 +606,11 @@ def analyse_biases(model, evaluator, max_samples, given_inputs=None, subspace=No
             verdict = "redundant"
         elif k is not None and 0 < k < n:
             g = torch.randn(st["null_basis"].shape[1], generator=generator, dtype=torch.float64)
-            inside = compare(base, evaluator.run(name, p.detach() + unit_rms(st["null_basis"] @ g)))
+            u = unit_rms(st["null_basis"] @ g)
+            # Both signs: an inactive ReLU unit cancels a push down but not a push up.
+            plus = compare(base, evaluator.run(name, p.detach() + u))
+            minus = compare(base, evaluator.run(name, p.detach() - u))
+            inside = plus if plus["above_floor"] or not minus["above_floor"] else minus
             parts["redundant_part"] = {key: inside[key] for key in ("max_abs_delta", "noise_floor")}
             verdict = "effective" if inside["above_floor"] else "partly_redundant"
         else:
