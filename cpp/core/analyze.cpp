@@ -633,7 +633,7 @@ json analyze(const ExperimentConfig& cfg, const AnalyzeOptions& opt) {
         {"output_max_abs", num(base.y.cwiseAbs().maxCoeff())},
         {"method", cfg.dtype == DType::float32
                        ? "max |float32 - float64| of the same forward, measured per comparison; floor = 8 (r1 + r2)"
-                       : "max |float32 - float64| of the same forward scaled by 2^-29 (float64/float32 unit roundoff), measured per comparison; floor = max(8 (r1 + r2), 8 x 2^-29 x the same difference in float32)"}};
+                       : "max |float32 - float64| of the same forward scaled by 2^-29 (float64/float32 unit roundoff), measured per comparison; floor = 8 (r1 + r2), and at least 8 x 2^-29 x the same difference in float32 when that is below float32's own floor"}};
     json timing = json::object();
     double mark = ms();
     auto lap = [&](const char* what) {

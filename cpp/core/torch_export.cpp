@@ -480,18 +480,24 @@ class Evaluator:
         diff = (y32 - y64).abs().max().item() if finite else 0.0
         # Never below one unit roundoff of the largest output.
         last = (2.0 ** -24 if DTYPE is torch.float32 else 2.0 ** -53) * (y64.abs().max().item() if finite else 0.0)
+        ymax = y64.abs().max().item() if finite else 0.0
         if DTYPE is torch.float32:
-            return {"y": y32, "other": y64, "rounding": max(diff, last), "finite": finite}
-        return {"y": y64, "other": y32, "rounding": max(diff * ROUNDOFF_RATIO, last), "finite": finite}
+            return {"y": y32, "other": y64, "rounding": max(diff, last),
+                    "rounding_other": max(diff * ROUNDOFF_RATIO, 2.0 ** -53 * ymax), "finite": finite}
+        return {"y": y64, "other": y32, "rounding": max(diff * ROUNDOFF_RATIO, last),
+                "rounding_other": max(diff, 2.0 ** -24 * ymax), "finite": finite}
 
 
 def compare(a, b):
-    """max |b - a| against the noise floor 8 (r_a + r_b), for float64 at least 8 x 2^-29 x the same
-    difference taken in float32 (its rounding noise, conditioning included); never a fixed tolerance."""
+    """max |b - a| against the noise floor 8 (r_a + r_b); for float64, when the same difference taken
+    in float32 is itself below float32's floor, at least 8 x 2^-29 x that difference (its rounding
+    noise, conditioning included). Never a fixed tolerance."""
     floor = FLOOR_FACTOR * (a["rounding"] + b["rounding"])
     finite = a["finite"] and b["finite"]
     if finite and DTYPE is torch.float64:
-        floor = max(floor, FLOOR_FACTOR * ROUNDOFF_RATIO * (b["other"] - a["other"]).abs().max().item())
+        d32 = (b["other"] - a["other"]).abs().max().item()
+        if d32 <= FLOOR_FACTOR * (a["rounding_other"] + b["rounding_other"]):
+            floor = max(floor, FLOOR_FACTOR * ROUNDOFF_RATIO * d32)
     max_abs = (b["y"] - a["y"]).abs().max().item() if finite else None
     return {"max_abs_delta": max_abs, "noise_floor": floor,
             "above_floor": (not finite) or max_abs > floor}
