@@ -1,4 +1,5 @@
 #include "export_cmd.hpp"
+#include "io.hpp"
 
 #include <cstdlib>
 #include <fstream>
@@ -26,19 +27,6 @@ namespace {
 int fail(const std::string& msg) {
   std::cerr << "error: " << msg << "\n\nusage:\n" << kExportTorchUsage;
   return 2;
-}
-
-bool read_file(const std::string& path, std::string& out) {
-  std::ostringstream ss;
-  if (path == "-") {
-    ss << std::cin.rdbuf();
-  } else {
-    std::ifstream f(path, std::ios::binary);
-    if (!f) return false;
-    ss << f.rdbuf();
-  }
-  out = ss.str();
-  return true;
 }
 
 bool write_file(const std::string& path, const std::string& bytes) {
@@ -103,7 +91,7 @@ int cmd_export_torch(const std::vector<std::string>& args) {
     title = p->title;
   } else {
     if (file.empty()) return fail("export-torch needs a config file, - for standard input, or --preset NAME");
-    if (!read_file(file, text)) {
+    if (!read_all(file, text)) {
       std::cerr << "error: cannot read " << file << "\n";
       return 2;
     }
@@ -117,7 +105,7 @@ int cmd_export_torch(const std::vector<std::string>& args) {
   biaslab::ExperimentTensors tensors;
   if (!load_path.empty()) {
     std::string bytes;
-    if (!read_file(load_path, bytes)) {
+    if (!read_all(load_path, bytes)) {
       std::cerr << "error: cannot read " << load_path << "\n";
       return 2;
     }

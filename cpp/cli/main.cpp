@@ -20,6 +20,7 @@
 #include "core/format.hpp"
 #include "core/presets.hpp"
 #include "export_cmd.hpp"
+#include "io.hpp"
 #include "native_setup.hpp"
 
 namespace {
@@ -43,19 +44,6 @@ equivalent model; and the invariances the theory predicts.
 int usage_error(const std::string& msg) {
   std::cerr << "error: " << msg << "\n\n" << kUsage;
   return 2;
-}
-
-bool read_all(const std::string& path, std::string& out) {
-  std::ostringstream ss;
-  if (path == "-") {
-    ss << std::cin.rdbuf();
-  } else {
-    std::ifstream f(path, std::ios::binary);
-    if (!f) return false;
-    ss << f.rdbuf();
-  }
-  out = ss.str();
-  return true;
 }
 
 // Progress on stderr once an analysis has run for more than a second.
@@ -119,7 +107,7 @@ int cmd_analyze(const std::vector<std::string>& args) {
     text = p->config;
   } else {
     if (file.empty()) return usage_error("analyze needs a config file, - for standard input, or --preset NAME");
-    if (!read_all(file, text)) {
+    if (!biaslab_cli::read_all(file, text)) {
       std::cerr << "error: cannot read " << file << "\n";
       return 2;
     }
