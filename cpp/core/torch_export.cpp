@@ -4,6 +4,7 @@
 // checks the same folds the report lists). Only the classes and fold helpers a config uses are
 // emitted, so a small experiment gives a small script.
 #include "core/torch_export.hpp"
+#include "core/safetensors.hpp"
 
 #include <cstdio>
 #include <cstdlib>
@@ -987,6 +988,57 @@ Mat reference_output(const Network& net, const Mat& input) {
     x = input.cast<float>().cast<double>();
   }
   return forward<double>(m, w, x);
+}
+
+namespace {
+
+std::string base64(const std::string& bytes) {
+  static const char* k = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+  std::string out;
+  out.reserve((bytes.size() + 2) / 3 * 4);
+  size_t i = 0;
+  for (; i + 2 < bytes.size(); i += 3) {
+    const unsigned v = (static_cast<unsigned char>(bytes[i]) << 16) |
+                       (static_cast<unsigned char>(bytes[i + 1]) << 8) | static_cast<unsigned char>(bytes[i + 2]);
+    out += k[v >> 18];
+    out += k[(v >> 12) & 63];
+    out += k[(v >> 6) & 63];
+    out += k[v & 63];
+  }
+  if (i < bytes.size()) {
+    unsigned v = static_cast<unsigned char>(bytes[i]) << 16;
+    if (i + 1 < bytes.size()) v |= static_cast<unsigned char>(bytes[i + 1]) << 8;
+    out += k[v >> 18];
+    out += k[(v >> 12) & 63];
+    out += i + 1 < bytes.size() ? k[(v >> 6) & 63] : '=';
+    out += '=';
+  }
+  return out;
+}
+
+}  // namespace
+
+nlohmann::json export_torch_bundle(const std::string& config_text, const std::string& title) {
+  using nlohmann::json;
+  auto error = [](const std::string& path, const std::string& message) {
+    return json{{"ok", false}, {"error", {{"path", path}, {"message", message}}}};
+  };
+  try {
+    const auto cfg = parse_config_text(config_text);
+    if (!cfg) return error(cfg.error().path, cfg.error().message);
+    ExperimentTensors tensors;
+    tensors.net = build_network(*cfg);
+    sync_network(tensors.net);
+    tensors.input = draw_input(*cfg, 0);
+    tensors.output = reference_output(tensors.net, tensors.input);
+    const auto bytes = write_experiment_tensors(tensors);
+    if (!bytes) return error(bytes.error().path, bytes.error().message);
+    const std::string script = export_torch_script(*cfg, {title});
+    if (script.empty()) return error("", "out of memory while writing the script");
+    return {{"ok", true}, {"script", script}, {"weights_base64", base64(*bytes)}};
+  } catch (const std::exception& e) {
+    return error("", std::string("internal error: ") + e.what());
+  }
 }
 
 }  // namespace biaslab

@@ -15,6 +15,8 @@
 #include "core/config.hpp"
 #include "core/model.hpp"
 
+#include <nlohmann/json.hpp>
+
 namespace biaslab {
 
 struct TorchExportOptions {
@@ -28,5 +30,11 @@ std::string export_torch_script(const ExperimentConfig& config, const TorchExpor
 // dtype), computed in float64: what the exported script's float64 forward must reproduce.
 // input: (B*T, F); returns (B*T, F_out).
 Mat reference_output(const Network& net, const Mat& input);
+
+// Script and weights together, for front ends that hand both to a user in one step (the page's
+// download button): {"ok": true, "script": text, "weights_base64": the safetensors file with the
+// seed's parameters, input and the engine's output, base64}, or {"ok": false, "error": {path,
+// message}} for a bad config. Never throws.
+nlohmann::json export_torch_bundle(const std::string& config_text, const std::string& title = "");
 
 }  // namespace biaslab
