@@ -335,6 +335,7 @@ json analyse_biases(Context& c) {
     if (!parts.empty()) row["parts"] = parts;
     c.solve_ms[p.name] = solve_ms;
     row["structure"] = {{"samples", st.samples},        {"clusters", st.clusters},
+                        {"input_independent", st.input_independent},
                         {"rank_history", st.rank_history},
                         {"null_sigma_max", num(st.null_max)},
                         {"kept_sigma_min", num(st.kept_min)},
