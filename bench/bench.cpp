@@ -26,7 +26,7 @@ int main(int argc, char** argv) {
       return 2;
     }
   }
-  std::printf("| preset | median ms | min ms | forward passes | structure ms | sweep ms | GFLOP/s (forwards) |\n");
+  std::printf("| preset | median ms | min ms | forward passes | biases ms (last run) | sweep ms (last run) | GFLOP/s (forwards) |\n");
   std::printf("|---|---:|---:|---:|---:|---:|---:|\n");
   for (const auto& p : biaslab::presets()) {
     if (!only.empty() && p.name != only) continue;
