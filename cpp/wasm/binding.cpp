@@ -10,6 +10,7 @@
 
 #include "core/analyze.hpp"
 #include "core/config.hpp"
+#include "core/folds.hpp"
 #include "core/presets.hpp"
 
 namespace {
@@ -46,6 +47,17 @@ std::string schema() { return biaslab::config_schema().dump(); }
 
 std::string version() { return biaslab::biaslab_version(); }
 
+#ifdef BIASLAB_WASM_NODE
+// Every fold rule with its LaTeX formula: the page's build typesets these ahead of time (so it
+// ships no TeX engine), and a report's fold rows carry the same strings.
+std::string fold_rules() {
+  json list = json::array();
+  for (const auto& r : biaslab::fold_rules())
+    list.push_back({{"id", r.id}, {"title", r.title}, {"formula", r.formula}});
+  return list.dump();
+}
+#endif
+
 }  // namespace
 
 EMSCRIPTEN_BINDINGS(biaslab) {
@@ -54,4 +66,7 @@ EMSCRIPTEN_BINDINGS(biaslab) {
   emscripten::function("presets", &presets);
   emscripten::function("schema", &schema);
   emscripten::function("version", &version);
+#ifdef BIASLAB_WASM_NODE
+  emscripten::function("foldRules", &fold_rules);
+#endif
 }
