@@ -116,6 +116,48 @@ test('page: editing a layer updates the tables and the link without adding histo
   await page.close();
 });
 
+// One stack on which every fold rule of the engine applies, so every formula is on screen.
+const EVERY_RULE = {
+  shape: { batch: 2, tokens: 4, features: 16 },
+  layers: [
+    { type: 'layernorm' }, { type: 'linear' }, { type: 'rmsnorm' }, { type: 'linear' },
+    { type: 'batchnorm', mode: 'eval' }, { type: 'linear' }, { type: 'attention', num_heads: 2 },
+    { type: 'linear' }, { type: 'batchnorm' }, { type: 'linear' }, { type: 'layernorm' },
+    { type: 'linear' }, { type: 'linear' }, { type: 'layernorm', bias: false },
+  ],
+};
+
+test('page: every formula is typeset at build time and draws only with fonts it loaded', async () => {
+  const engine = await load_engine();
+  const rules = JSON.parse(engine.module.foldRules());
+  const { page, problems } = await open(server.url + encode_link(engine.schema(), EVERY_RULE));
+  const shown = await page.$$eval('table.table-folds tbody tr', (trs) => trs.map((tr) => tr.querySelector('.col-rule code').textContent));
+  assert.deepEqual([...new Set(shown)].sort(), rules.map((r) => r.id).sort(), 'the stack shows every rule');
+  assert.equal(await page.$$eval('.formula-tex', (l) => l.length), 0, 'no formula fell back to raw LaTeX');
+  assert.equal(await page.$$eval('table.table-folds .formula .katex .katex-mathml math', (l) => l.length), shown.length, 'MathML for screen readers');
+  await page.evaluate(() => document.fonts.ready);
+  // Every glyph's face must be one the page declared and loaded: a missing @font-face would
+  // fall back to a system serif without any error.
+  const faces = await page.evaluate(() => {
+    const norm = (w) => ({ normal: '400', bold: '700' })[w] ?? String(w);
+    const loaded = [...document.fonts].filter((f) => f.status === 'loaded').map((f) => `${f.family.replace(/"/g, '')} ${norm(f.weight)} ${f.style}`);
+    const needed = new Set();
+    for (const el of document.querySelectorAll('.katex-html *')) {
+      if (![...el.childNodes].some((n) => n.nodeType === Node.TEXT_NODE && n.textContent.trim())) continue;
+      const cs = getComputedStyle(el);
+      const family = cs.fontFamily.split(',')[0].trim().replace(/"/g, '');
+      needed.add(`${family} ${norm(cs.fontWeight)} ${cs.fontStyle}`);
+    }
+    return { loaded, needed: [...needed] };
+  });
+  for (const face of faces.needed) assert.ok(faces.loaded.includes(face), `${face} is drawn but not loaded (loaded: ${faces.loaded.join('; ')})`);
+  assert.ok(faces.needed.some((f) => f.startsWith('KaTeX_Math')), faces.needed.join('; '));
+  await page.locator('#section-folds').screenshot({ path: resolve(SHOTS, 'formulas.png') });
+  assert.deepEqual(problems, []);
+  console.log(`KaTeX faces drawn: ${faces.needed.join('; ')}`);
+  await page.close();
+});
+
 test('page: an invalid edit names its JSON path and keeps the last good results', async () => {
   const { page } = await open(server.url);
   const before_tables = await table_texts(page);
