@@ -5,6 +5,7 @@ import { fileURLToPath } from 'node:url';
 import { defineConfig } from 'vite';
 
 import { katex_prerender } from './tools/katex-prerender.js';
+import { minify_loader } from './tools/minify-loader.js';
 
 const here = fileURLToPath(new URL('.', import.meta.url));
 // scripts/build-web.sh sets BIASLAB_WASM_DIR; the default is the emcmake build directory.
@@ -15,6 +16,7 @@ export default defineConfig({
   resolve: { alias: { '@wasm': wasm_dir } },
   plugins: [
     katex_prerender({ wasm_dir }), // formulas typeset here: no KaTeX JS in the page
+    minify_loader({ names: ['biaslab.js'] }),
   ],
   server: { fs: { allow: [here, wasm_dir] } },
   worker: { format: 'iife' }, // a classic worker: Emscripten 3.1.6 detects workers by importScripts
