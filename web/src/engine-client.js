@@ -50,7 +50,9 @@ export class EngineClient {
   /** Compiles the module and starts the first worker; resolves with the engine's static data. */
   async start() {
     this.module = await compile_wasm(this.wasm_url);
+    performance.mark('biaslab:engine-compiled');
     const ready = await this.#spawn();
+    performance.mark('biaslab:engine-ready');
     return { version: ready.version, schema: JSON.parse(ready.schema), presets: JSON.parse(ready.presets) };
   }
 

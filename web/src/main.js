@@ -50,6 +50,7 @@ let hash_timer = null;
 // Boot
 
 async function boot() {
+  performance.mark('biaslab:boot');
   apply_theme_choice();
   if (EMBED) document.documentElement.classList.add('embed');
   engine = new EngineClient({
@@ -116,9 +117,17 @@ function render_presets() {
   $('claim').textContent = current ? current.claim : 'Your own layer stack: edit it on the left or in the JSON.';
 }
 
+// Each preset's canonical config, made once: every edit compares the experiment with all of them.
+// Read-only; loading a preset makes a fresh copy to edit.
+const canonical_presets = new WeakMap();
+function canonical_preset(preset) {
+  if (!canonical_presets.has(preset)) canonical_presets.set(preset, canonical_config(state.schema, JSON.parse(preset.config)));
+  return canonical_presets.get(preset);
+}
+
 function matching_preset() {
   const mine = canonical_config(state.schema, state.config);
-  return state.presets.find((p) => same_json(canonical_config(state.schema, JSON.parse(p.config)), mine)) ?? null;
+  return state.presets.find((p) => same_json(canonical_preset(p), mine)) ?? null;
 }
 
 let marked_error;
@@ -280,9 +289,22 @@ function load_preset(name) {
 // ---------------------------------------------------------------------------------------------
 // Analysis
 
+let analysis_queued = false;
 function analyze_soon(immediate) {
   clearTimeout(analysis_timer);
-  analysis_timer = setTimeout(run_analysis, immediate ? 0 : TYPING_DELAY_MS);
+  if (!immediate) {
+    analysis_timer = setTimeout(run_analysis, TYPING_DELAY_MS);
+    return;
+  }
+  // At the end of this task, not in a later one: a timeout, even of 0 ms, let the browser draw
+  // a frame first, which kept the engine waiting 10-20 ms after every click. Several edits in
+  // one task still make one analysis.
+  if (analysis_queued) return;
+  analysis_queued = true;
+  queueMicrotask(() => {
+    analysis_queued = false;
+    run_analysis();
+  });
 }
 
 async function run_analysis() {
@@ -341,9 +363,11 @@ async function run_analysis() {
   mark_analysed(true);
 }
 
-// A counter on <html> that tests (and anyone scripting the page) can wait on.
+// A counter on <html> that tests (and anyone scripting the page) can wait on; the first
+// analysis also leaves a performance mark (bench/browser-bench.mjs reads the boot phases).
 function mark_analysed(ok) {
   const root = document.documentElement.dataset;
+  if (!root.analyses) performance.mark('biaslab:first-analysis');
   root.analyses = String(Number(root.analyses ?? 0) + 1);
   root.lastAnalysis = ok ? 'ok' : 'error';
   document.dispatchEvent(new CustomEvent('biaslab:analysed', { detail: { ok } }));
