@@ -19,6 +19,8 @@
 #include "core/config.hpp"
 #include "core/format.hpp"
 #include "core/presets.hpp"
+#include "export_cmd.hpp"
+#include "io.hpp"
 #include "native_setup.hpp"
 
 namespace {
@@ -28,6 +30,7 @@ const char* kUsage = R"(biaslab: which biases and affine parameters does a layer
 usage:
   biaslab analyze FILE|- [--format table|json|markdown] [--no-sweep] [--no-invariances] [--no-folds]
   biaslab analyze --preset NAME [options as above]
+  biaslab export-torch FILE|-|--preset NAME -o SCRIPT.py [--weights FILE.safetensors] [--load FILE]
   biaslab presets              list the presets (the articles' checks)
   biaslab preset NAME          print a preset's config (format v1 JSON)
   biaslab schema               print the config schema (layer types, options, defaults, limits)
@@ -41,19 +44,6 @@ equivalent model; and the invariances the theory predicts.
 int usage_error(const std::string& msg) {
   std::cerr << "error: " << msg << "\n\n" << kUsage;
   return 2;
-}
-
-bool read_all(const std::string& path, std::string& out) {
-  std::ostringstream ss;
-  if (path == "-") {
-    ss << std::cin.rdbuf();
-  } else {
-    std::ifstream f(path, std::ios::binary);
-    if (!f) return false;
-    ss << f.rdbuf();
-  }
-  out = ss.str();
-  return true;
 }
 
 // Progress on stderr once an analysis has run for more than a second.
@@ -117,7 +107,7 @@ int cmd_analyze(const std::vector<std::string>& args) {
     text = p->config;
   } else {
     if (file.empty()) return usage_error("analyze needs a config file, - for standard input, or --preset NAME");
-    if (!read_all(file, text)) {
+    if (!biaslab_cli::read_all(file, text)) {
       std::cerr << "error: cannot read " << file << "\n";
       return 2;
     }
@@ -154,6 +144,7 @@ int main(int argc, char** argv) {
   args.erase(args.begin());
   try {
     if (cmd == "analyze") return cmd_analyze(args);
+    if (cmd == "export-torch") return biaslab_cli::cmd_export_torch(args);
     if (cmd == "presets") {
       for (const auto& p : biaslab::presets())
         std::cout << p.name << std::string(p.name.size() < 28 ? 28 - p.name.size() : 1, ' ') << p.title << "\n"

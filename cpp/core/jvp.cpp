@@ -219,7 +219,7 @@ Mat op_jvp(const Model& m, const Op& op, const Mat& x, const Mat& dx, int n) {
   return dx;
 }
 
-Mat jvp(const Model& m, const Trace& trace, const Seed& seed, int n, int stop) {
+Mat jvp(const Model& m, const Trace& trace, const Seed& seed, int n, int stop, bool* broadcast) {
   const int start = m.params[seed.param].op;
   const Eigen::Index N = trace.inputs[0].rows();
   // Residual skips pushed before `start` carry no tangent (nullopt).
@@ -272,6 +272,8 @@ Mat jvp(const Model& m, const Trace& trace, const Seed& seed, int n, int stop) {
     }
   }
   const int width = stop < static_cast<int>(m.ops.size()) ? m.ops[stop].in : m.out_features;
+  if (broadcast) *broadcast = d && d->broadcast;
+  if (broadcast && *broadcast) return d->v;
   return d ? d->dense(N) : Mat::Zero(Eigen::Index(n) * N, width);
 }
 

@@ -23,7 +23,10 @@ struct Seed {
 // Propagates `seed` (n directions) from the op that holds the parameter up to the input of op
 // `stop` (m.ops.size() for the model output). `trace` comes from forward<double> on the same
 // model and input. Returns (n*N, width at stop).
-Mat jvp(const Model& m, const Trace& trace, const Seed& seed, int n, int stop);
+// When `broadcast` is given and every token of a direction still carries the same vector at
+// `stop` (no op on the way treated tokens differently), the compact (n, width) form is returned
+// and *broadcast is set; the tangent then does not depend on the input at all.
+Mat jvp(const Model& m, const Trace& trace, const Seed& seed, int n, int stop, bool* broadcast = nullptr);
 
 // Ops [cut, end) that act on a tangent entering at op `start` as one fixed linear map per token
 // (Linear, BatchNorm in eval mode, residual markers whose skip carries no tangent). Returns the

@@ -19,10 +19,12 @@ Eval combine_eval(DType dtype, const MatT<float>& y32, const Mat& y64) {
     e.y = y32d;
     e.y_other = y64;
     e.rounding = std::max(diff, u * ymax);
+    e.rounding_other = std::max(diff * kRoundoffRatio, 0x1.0p-53 * ymax);
   } else {
     e.y = y64;
     e.y_other = y32d;
     e.rounding = std::max(diff * kRoundoffRatio, u * ymax);
+    e.rounding_other = std::max(diff, 0x1.0p-24 * ymax);
   }
   return e;
 }
@@ -75,8 +77,11 @@ Delta Evaluator::compare(const Eval& a, const Eval& b) {
   if (!d.finite) return d;
   const Mat diff = b.y - a.y;
   d.max_abs = diff.cwiseAbs().maxCoeff();
-  if (a.dtype == DType::float64 && b.dtype == DType::float64 && a.y_other.size() == b.y_other.size())
-    d.floor = std::max(d.floor, kFloorFactor * kRoundoffRatio * (b.y_other - a.y_other).cwiseAbs().maxCoeff());
+  if (a.dtype == DType::float64 && b.dtype == DType::float64 && a.y_other.size() == b.y_other.size()) {
+    const double d32 = (b.y_other - a.y_other).cwiseAbs().maxCoeff();
+    if (d32 <= kFloorFactor * (a.rounding_other + b.rounding_other))  // float32 saw only noise
+      d.floor = std::max(d.floor, kFloorFactor * kRoundoffRatio * d32);
+  }
   d.mean_abs = diff.cwiseAbs().mean();
   const double ny = a.y.norm();
   d.rel = ny > 0 ? diff.norm() / ny : diff.norm();

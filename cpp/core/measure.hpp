@@ -23,6 +23,7 @@ struct Eval {
   Mat y_other;      // the same output in the other precision
   DType dtype = DType::float64;
   double rounding;  // measured max abs rounding error of y
+  double rounding_other = 0;  // ... and of y_other
   bool finite;
 };
 

@@ -117,19 +117,26 @@ Structure StructureSolver::solve(int param, const std::function<bool()>& cancell
       cl.vals.clear();
     }
     cols.resize(n);
+    bool all_broadcast = true;
     for (int a0 = 0; a0 < n; a0 += chunk) {
       if (cancelled && cancelled()) return out;
       const int c = std::min(chunk, n - a0);
       Seed s{param, Mat::Zero(c, n), true};  // unit directions, the same for every token
       for (int a = 0; a < c; ++a) s.values(a, a0 + a) = 1.0;
-      const Mat d = jvp(m_, tr, s, c, cut);
+      bool bc = false;
+      const Mat d = jvp(m_, tr, s, c, cut, &bc);
+      all_broadcast = all_broadcast && bc;
+      // A broadcast tangent is the column 1_N (x) v: the same rank and null space as v scaled by
+      // sqrt(N), kept as w rows instead of N*w.
+      const Eigen::Index len = bc ? w : rows;
+      const double sc_factor = bc ? std::sqrt(double(N)) : 1.0;
       for (int a = 0; a < c; ++a) {
-        const double* v = d.data() + Eigen::Index(a) * rows;
+        const double* v = d.data() + Eigen::Index(a) * len;
         SparseCol& sc = cols[a0 + a];
-        for (Eigen::Index r = 0; r < rows; ++r)
+        for (Eigen::Index r = 0; r < len; ++r)
           if (v[r] != 0.0) {
             sc.rows.push_back(static_cast<int>(r));
-            sc.vals.push_back(v[r]);
+            sc.vals.push_back(v[r] * sc_factor);
           }
       }
     }
@@ -193,6 +200,11 @@ Structure StructureSolver::solve(int param, const std::function<bool()>& cancell
     out.rank_history.push_back(rank);
     out.samples = k + 1;
     if (rank == n) break;
+    // No op on the way depends on the tokens: the Jacobian is the same for every input.
+    if (all_broadcast) {
+      out.input_independent = true;
+      break;
+    }
     if (k + 1 >= opt_.min_samples && k >= opt_.patience &&
         out.rank_history[k] == out.rank_history[k - opt_.patience])
       break;

@@ -7,7 +7,9 @@
 // answer: trailing per-token linear maps that are injective are dropped (they cannot create
 // null directions); the Jacobian's columns are split into clusters that touch disjoint output
 // entries (exact zeros, e.g. one attention head per bias direction), each ranked on its own;
-// each cluster keeps only a small triangular factor R between inputs (QR of [R; J_k]).
+// each cluster keeps only a small triangular factor R between inputs (QR of [R; J_k]); and a
+// bias whose tangent meets no token-dependent op (e.g. a bias at the end, or before a Linear at
+// the end) has a Jacobian 1_N (x) V that is the same for every input: V is ranked once.
 #pragma once
 
 #include <functional>
@@ -53,6 +55,7 @@ struct Structure {
   double null_max = 0;       // largest singular value counted as null, / reference
   double kept_min = 0;       // smallest singular value counted as non-null, / reference (0: none)
   std::vector<int> rank_history;  // rank after each input
+  bool input_independent = false;  // the Jacobian does not depend on the input (one suffices)
 };
 
 // Caches per-analysis work shared by biases (trailing maps and their injectivity).

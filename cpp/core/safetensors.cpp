@@ -1,0 +1,452 @@
+#include "core/safetensors.hpp"
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <exception>
+#include <limits>
+#include <new>
+#include <optional>
+#include <set>
+
+#include <nlohmann/json.hpp>
+
+namespace biaslab {
+
+namespace {
+
+using ojson = nlohmann::ordered_json;
+
+// The spec's own bound on the header (the Rust reader rejects larger ones): a header that
+// claims more is a corrupt length, not a real file.
+constexpr std::uint64_t kMaxHeaderBytes = 100'000'000;
+
+int itemsize(TensorDType t) {
+  switch (t) {
+    case TensorDType::f16:
+    case TensorDType::bf16: return 2;
+    case TensorDType::f32: return 4;
+    case TensorDType::f64: return 8;
+  }
+  return 8;
+}
+
+bool parse_dtype(const std::string& s, TensorDType& out) {
+  for (TensorDType t : {TensorDType::f16, TensorDType::bf16, TensorDType::f32, TensorDType::f64})
+    if (s == tensor_dtype_name(t)) {
+      out = t;
+      return true;
+    }
+  return false;
+}
+
+// dtypes of the format that biaslab does not read: named as such rather than as "unknown".
+bool is_other_safetensors_dtype(const std::string& s) {
+  static const char* const kOthers[] = {"BOOL", "U8",  "I8",  "I16",     "U16",     "I32",
+                                        "U32",  "I64", "U64", "F8_E5M2", "F8_E4M3"};
+  for (const char* o : kOthers)
+    if (s == o) return true;
+  return false;
+}
+
+// Little-endian byte access, independent of the host's byte order.
+std::uint64_t load_le(const unsigned char* p, int bytes) {
+  std::uint64_t v = 0;
+  for (int i = bytes - 1; i >= 0; --i) v = (v << 8) | p[i];
+  return v;
+}
+void store_le(std::string& out, std::uint64_t v, int bytes) {
+  for (int i = 0; i < bytes; ++i) out.push_back(static_cast<char>((v >> (8 * i)) & 0xff));
+}
+
+double half_to_double(std::uint64_t h) {
+  const int sign = (h >> 15) & 1, exponent = (h >> 10) & 0x1f, mantissa = h & 0x3ff;
+  double v;
+  if (exponent == 0) v = std::ldexp(double(mantissa), -24);  // subnormal
+  else if (exponent == 31) v = mantissa ? std::numeric_limits<double>::quiet_NaN() : std::numeric_limits<double>::infinity();
+  else v = std::ldexp(double(mantissa | 0x400), exponent - 25);
+  return sign ? -v : v;
+}
+
+double decode(const unsigned char* p, TensorDType t) {
+  switch (t) {
+    case TensorDType::f16: return half_to_double(load_le(p, 2));
+    case TensorDType::bf16: {
+      const std::uint32_t bits = static_cast<std::uint32_t>(load_le(p, 2)) << 16;
+      float f;
+      std::memcpy(&f, &bits, 4);
+      return f;
+    }
+    case TensorDType::f32: {
+      const std::uint32_t bits = static_cast<std::uint32_t>(load_le(p, 4));
+      float f;
+      std::memcpy(&f, &bits, 4);
+      return f;
+    }
+    case TensorDType::f64: {
+      const std::uint64_t bits = load_le(p, 8);
+      double d;
+      std::memcpy(&d, &bits, 8);
+      return d;
+    }
+  }
+  return 0;
+}
+
+std::string quote(const std::string& s) { return "'" + s + "'"; }
+
+bool non_negative_integer(const ojson& v, std::uint64_t& out) {
+  if (v.is_number_unsigned()) {
+    out = v.get<std::uint64_t>();
+    return true;
+  }
+  if (v.is_number_integer() && v.get<std::int64_t>() >= 0) {
+    out = static_cast<std::uint64_t>(v.get<std::int64_t>());
+    return true;
+  }
+  return false;
+}
+
+struct Entry {
+  std::string name;
+  TensorDType dtype;
+  std::vector<std::int64_t> shape;
+  std::uint64_t begin, end;
+};
+
+// One header entry: {"dtype": ..., "shape": [...], "data_offsets": [begin, end]}.
+Result<Entry> parse_entry(const std::string& name, const ojson& v, std::uint64_t data_size) {
+  if (!v.is_object())
+    return Error{name, "expected an object with dtype, shape and data_offsets, got " + v.dump()};
+  Entry e{name, TensorDType::f64, {}, 0, 0};
+  const auto dt = v.find("dtype");
+  if (dt == v.end() || !dt->is_string()) return Error{name, "has no dtype string"};
+  const std::string dts = dt->get<std::string>();
+  if (!parse_dtype(dts, e.dtype)) {
+    if (is_other_safetensors_dtype(dts))
+      return Error{name, "dtype " + dts + " is not supported (biaslab reads F16, BF16, F32 and F64)"};
+    return Error{name, "unknown dtype " + quote(dts)};
+  }
+  const auto sh = v.find("shape");
+  if (sh == v.end() || !sh->is_array()) return Error{name, "has no shape array"};
+  std::uint64_t count = 1;
+  for (const auto& d : *sh) {
+    std::uint64_t n;
+    if (!non_negative_integer(d, n) || n > std::uint64_t(std::numeric_limits<std::int64_t>::max()))
+      return Error{name, "shape " + sh->dump() + " must list non-negative integers"};
+    if (n != 0 && count > std::numeric_limits<std::uint64_t>::max() / n / 8)
+      return Error{name, "shape " + sh->dump() + " is too large"};
+    count *= n;
+    e.shape.push_back(static_cast<std::int64_t>(n));
+  }
+  const auto off = v.find("data_offsets");
+  if (off == v.end() || !off->is_array() || off->size() != 2 ||
+      !non_negative_integer((*off)[0], e.begin) || !non_negative_integer((*off)[1], e.end))
+    return Error{name, "data_offsets must be [begin, end] with non-negative integers"};
+  if (e.begin > e.end)
+    return Error{name, "data_offsets " + off->dump() + " end before they begin"};
+  if (e.end > data_size)
+    return Error{name, "data_offsets " + off->dump() + " run past the end of the data (" +
+                           std::to_string(data_size) + " bytes)"};
+  const std::uint64_t want = count * static_cast<std::uint64_t>(itemsize(e.dtype));
+  if (e.end - e.begin != want)
+    return Error{name, "data_offsets " + off->dump() + " hold " + std::to_string(e.end - e.begin) +
+                           " bytes but shape " + sh->dump() + " of " + dts + " needs " +
+                           std::to_string(want)};
+  return e;
+}
+
+Result<TensorFile> read_impl(const std::string& bytes) {
+  const std::uint64_t size = bytes.size();
+  if (size < 8)
+    return Error{"", "the file is " + std::to_string(size) +
+                         " bytes long; a safetensors file starts with an 8-byte header length"};
+  const auto* raw = reinterpret_cast<const unsigned char*>(bytes.data());
+  const std::uint64_t header_len = load_le(raw, 8);
+  if (header_len > size - 8)
+    return Error{"", "the header length is " + std::to_string(header_len) + " bytes but only " +
+                         std::to_string(size - 8) + " bytes follow it"};
+  if (header_len > kMaxHeaderBytes)
+    return Error{"", "the header length " + std::to_string(header_len) +
+                         " exceeds the format's limit of 100 MB"};
+
+  // Duplicate tensor names are legal JSON but ambiguous; the parser keeps only the last one,
+  // so they are caught while parsing.
+  std::set<std::string> seen;
+  std::string duplicate;
+  const ojson::parser_callback_t on_event = [&](int depth, ojson::parse_event_t event,
+                                               ojson& parsed) {
+    if (event == ojson::parse_event_t::key && depth == 1 && parsed.is_string()) {
+      const std::string& key = parsed.get_ref<const std::string&>();
+      if (!seen.insert(key).second && duplicate.empty()) duplicate = key;
+    }
+    return true;
+  };
+  const char* h = bytes.data() + 8;
+  const ojson header = ojson::parse(h, h + header_len, on_event, /*allow_exceptions=*/false);
+  if (header.is_discarded()) return Error{"", "the header is not valid JSON"};
+  if (!header.is_object()) return Error{"", "the header must be a JSON object, got " + header.dump()};
+  if (!duplicate.empty()) return Error{duplicate, "appears twice in the header"};
+
+  TensorFile file;
+  const std::uint64_t data_size = size - 8 - header_len;
+  std::vector<Entry> entries;
+  for (const auto& item : header.items()) {
+    if (item.key() == "__metadata__") {
+      if (!item.value().is_object()) return Error{"__metadata__", "must be an object of strings"};
+      for (const auto& m : item.value().items()) {
+        if (!m.value().is_string())
+          return Error{"__metadata__." + m.key(), "must be a string, got " + m.value().dump()};
+        file.metadata.emplace_back(m.key(), m.value().get<std::string>());
+      }
+      continue;
+    }
+    Result<Entry> e = parse_entry(item.key(), item.value(), data_size);
+    if (!e) return e.error();
+    entries.push_back(std::move(e).value());
+  }
+
+  // The data must be covered exactly once, in some order: no overlaps (two tensors sharing
+  // bytes), no gaps and no trailing bytes (room for hidden content).
+  std::sort(entries.begin(), entries.end(), [](const Entry& a, const Entry& b) {
+    return a.begin != b.begin ? a.begin < b.begin : a.end < b.end;
+  });
+  std::uint64_t at = 0;
+  const Entry* prev = nullptr;
+  for (const Entry& e : entries) {
+    if (e.begin < at)
+      return Error{e.name, "data_offsets [" + std::to_string(e.begin) + ", " + std::to_string(e.end) +
+                               "] overlap those of " + prev->name + " [" + std::to_string(prev->begin) +
+                               ", " + std::to_string(prev->end) + "]"};
+    if (e.begin > at)
+      return Error{e.name, "data_offsets begin at " + std::to_string(e.begin) + " but the previous tensor ends at " +
+                               std::to_string(at) + " (a gap in the data)"};
+    at = e.end;
+    prev = &e;
+  }
+  if (at != data_size)
+    return Error{"", std::to_string(data_size - at) + " bytes of data after the last tensor"};
+
+  const unsigned char* data = raw + 8 + header_len;
+  for (const Entry& e : entries) {
+    Tensor t;
+    t.name = e.name;
+    t.dtype = e.dtype;
+    t.shape = e.shape;
+    const int w = itemsize(e.dtype);
+    const std::uint64_t n = (e.end - e.begin) / w;
+    t.values.resize(n);
+    for (std::uint64_t i = 0; i < n; ++i) t.values[i] = decode(data + e.begin + i * w, e.dtype);
+    file.tensors.push_back(std::move(t));
+  }
+  return file;
+}
+
+Result<std::string> write_impl(const TensorFile& file) {
+  ojson header = ojson::object();
+  if (!file.metadata.empty()) {
+    ojson meta = ojson::object();
+    for (const auto& [k, v] : file.metadata) meta[k] = v;
+    header["__metadata__"] = meta;
+  }
+  std::uint64_t at = 0;
+  for (const Tensor& t : file.tensors) {
+    if (t.dtype != TensorDType::f32 && t.dtype != TensorDType::f64)
+      return Error{t.name, std::string("cannot write dtype ") + tensor_dtype_name(t.dtype) +
+                               " (biaslab writes F32 and F64)"};
+    std::uint64_t count = 1;
+    for (std::int64_t d : t.shape) {
+      if (d < 0) return Error{t.name, "negative dimension in its shape"};
+      count *= static_cast<std::uint64_t>(d);
+    }
+    if (count != t.values.size())
+      return Error{t.name, "has " + std::to_string(t.values.size()) + " values but its shape holds " +
+                               std::to_string(count)};
+    if (t.name == "__metadata__" || header.contains(t.name))
+      return Error{t.name, "is not a usable tensor name here (reserved or repeated)"};
+    const std::uint64_t end = at + count * itemsize(t.dtype);
+    header[t.name] = {{"dtype", tensor_dtype_name(t.dtype)}, {"shape", t.shape}, {"data_offsets", {at, end}}};
+    at = end;
+  }
+  std::string text = header.dump(-1, ' ', false, ojson::error_handler_t::replace);
+  while ((8 + text.size()) % 8 != 0) text.push_back(' ');  // 8-byte aligned data, as the spec's writer does
+  std::string out;
+  out.reserve(8 + text.size() + at);
+  store_le(out, text.size(), 8);
+  out += text;
+  for (const Tensor& t : file.tensors) {
+    for (double v : t.values) {
+      if (t.dtype == TensorDType::f64) {
+        std::uint64_t bits;
+        std::memcpy(&bits, &v, 8);
+        store_le(out, bits, 8);
+      } else {
+        const float f = static_cast<float>(v);
+        std::uint32_t bits;
+        std::memcpy(&bits, &f, 4);
+        store_le(out, bits, 4);
+      }
+    }
+  }
+  return out;
+}
+
+// Every parameter and buffer of a layer tree with its dotted name, in declaration order (the
+// order of Model::params).
+template <class Nodes, class F>
+void visit_params(Nodes& nodes, const std::string& prefix, F&& f) {
+  for (size_t i = 0; i < nodes.size(); ++i) {
+    const std::string name = prefix + std::to_string(i) + ".";
+    for (auto& p : nodes[i].params) f(name + p.local, p);
+    visit_params(nodes[i].body, name + "body.", f);
+  }
+}
+
+// Projection weights keep their (out, in) matrix shape; every other parameter is a vector.
+std::vector<std::int64_t> param_shape(const Param& p) {
+  if (p.role == ParamRole::weight) return {p.value.rows(), p.value.cols()};
+  return {p.value.rows()};
+}
+
+std::string shape_text(const std::vector<std::int64_t>& s) {
+  std::string out = "[";
+  for (size_t i = 0; i < s.size(); ++i) out += (i ? ", " : "") + std::to_string(s[i]);
+  return out + "]";
+}
+
+Tensor matrix_tensor(const std::string& name, TensorDType dtype, std::vector<std::int64_t> shape,
+                     const Mat& m) {
+  Tensor t{name, dtype, std::move(shape), {}};
+  t.values.assign(m.data(), m.data() + m.size());  // Mat is row-major: the file's order
+  return t;
+}
+
+int output_width(const Network& net) {
+  return net.layers.empty() ? net.config.shape.features : net.layers.back().out_width;
+}
+
+}  // namespace
+
+const char* tensor_dtype_name(TensorDType t) {
+  switch (t) {
+    case TensorDType::f16: return "F16";
+    case TensorDType::bf16: return "BF16";
+    case TensorDType::f32: return "F32";
+    case TensorDType::f64: return "F64";
+  }
+  return "?";
+}
+
+const Tensor* TensorFile::find(const std::string& name) const {
+  for (const auto& t : tensors)
+    if (t.name == name) return &t;
+  return nullptr;
+}
+
+Result<TensorFile> read_safetensors(const std::string& bytes) {
+  try {
+    return read_impl(bytes);
+  } catch (const std::bad_alloc&) {
+    return Error{"", "out of memory while reading the tensors"};
+  } catch (const std::exception& e) {
+    return Error{"", std::string("the tensor file could not be read: ") + e.what()};
+  }
+}
+
+Result<std::string> write_safetensors(const TensorFile& file) {
+  try {
+    return write_impl(file);
+  } catch (const std::bad_alloc&) {
+    return Error{"", "out of memory while writing the tensors"};
+  } catch (const std::exception& e) {
+    return Error{"", std::string("the tensor file could not be written: ") + e.what()};
+  }
+}
+
+Result<std::string> write_experiment_tensors(const ExperimentTensors& x) {
+  try {
+    const Network& net = x.net;
+    const Shape& s = net.config.shape;
+    const Eigen::Index rows = Eigen::Index(s.batch) * s.tokens;
+    const TensorDType dt = net.config.dtype == DType::float32 ? TensorDType::f32 : TensorDType::f64;
+    TensorFile file;
+    file.metadata = {{"format", "pt"},
+                     {"biaslab_version", BIASLAB_VERSION},
+                     {"biaslab_config", config_to_json(net.config).dump()}};
+    visit_params(net.layers, "layers.", [&](const std::string& name, const Param& p) {
+      file.tensors.push_back(matrix_tensor(name, dt, param_shape(p), p.value));
+    });
+    if (x.input.rows() != rows || x.input.cols() != s.features)
+      return Error{"input", "shape does not match the config"};
+    file.tensors.push_back(matrix_tensor("input", dt, {s.batch, s.tokens, s.features}, x.input));
+    if (x.output.size() > 0) {
+      if (x.output.rows() != rows || x.output.cols() != output_width(net))
+        return Error{"output", "shape does not match the config"};
+      file.tensors.push_back(matrix_tensor("output", TensorDType::f64, {s.batch, s.tokens, x.output.cols()}, x.output));
+    }
+    if (!x.structure_inputs.empty()) {
+      const std::int64_t K = static_cast<std::int64_t>(x.structure_inputs.size());
+      Tensor t{"structure_inputs", TensorDType::f64, {K, s.batch, s.tokens, s.features}, {}};
+      for (const Mat& m : x.structure_inputs) {
+        if (m.rows() != rows || m.cols() != s.features)
+          return Error{"structure_inputs", "shape does not match the config"};
+        t.values.insert(t.values.end(), m.data(), m.data() + m.size());
+      }
+      file.tensors.push_back(std::move(t));
+    }
+    return write_safetensors(file);
+  } catch (const std::bad_alloc&) {
+    return Error{"", "out of memory while writing the tensors"};
+  } catch (const std::exception& e) {
+    return Error{"", std::string("the tensor file could not be written: ") + e.what()};
+  }
+}
+
+Result<ExperimentTensors> read_experiment_tensors(const ExperimentConfig& config, const std::string& bytes) {
+  try {
+    Result<TensorFile> file = read_safetensors(bytes);
+    if (!file) return file.error();
+    ExperimentTensors out;
+    out.net = build_network(config);
+    sync_network(out.net);
+    std::set<std::string> used;
+    auto take = [&](const std::string& name, const std::vector<std::int64_t>& shape,
+                    Eigen::Index rows, Eigen::Index cols, Mat& into) -> std::optional<Error> {
+      const Tensor* t = file->find(name);
+      if (!t) return Error{name, "is missing: the config declares it with shape " + shape_text(shape)};
+      if (t->shape != shape)
+        return Error{name, "has shape " + shape_text(t->shape) + " but the config needs " + shape_text(shape)};
+      into = Eigen::Map<const Mat>(t->values.data(), rows, cols);
+      used.insert(name);
+      return std::nullopt;
+    };
+    std::optional<Error> err;
+    visit_params(out.net.layers, "layers.", [&](const std::string& name, Param& p) {
+      if (!err) err = take(name, param_shape(p), p.value.rows(), p.value.cols(), p.value);
+    });
+    if (err) return *err;
+    const Shape& s = config.shape;
+    const Eigen::Index rows = Eigen::Index(s.batch) * s.tokens;
+    if (auto e = take("input", {s.batch, s.tokens, s.features}, rows, s.features, out.input)) return *e;
+    if (file->find("output")) {
+      const int w = output_width(out.net);
+      if (auto e = take("output", {s.batch, s.tokens, w}, rows, w, out.output)) return *e;
+    }
+    if (const Tensor* t = file->find("structure_inputs")) {
+      const std::int64_t K = t->shape.empty() ? 0 : t->shape[0];
+      Mat all;
+      if (auto e = take("structure_inputs", {K, s.batch, s.tokens, s.features}, K * rows, s.features, all)) return *e;
+      for (std::int64_t k = 0; k < K; ++k) out.structure_inputs.push_back(all.middleRows(k * rows, rows));
+    }
+    for (const Tensor& t : file->tensors)
+      if (!used.count(t.name))
+        return Error{t.name, "is not a parameter, buffer, input or output of this config"};
+    return out;
+  } catch (const std::bad_alloc&) {
+    return Error{"", "out of memory while reading the tensors"};
+  } catch (const std::exception& e) {
+    return Error{"", std::string("the tensor file could not be read: ") + e.what()};
+  }
+}
+
+}  // namespace biaslab

@@ -1,0 +1,238 @@
+"""The parity suite's experiments: every preset, plus a fixed, seeded set of generated configs that
+covers every layer type, every option value (read from `biaslab schema`, so a new option is
+demanded automatically), both dtypes, edge sizes and every fold rule.
+
+Generation is coverage-driven: while some (layer type, option, value) is not yet used, draw a
+small random stack around a layer with that setting. Same seed, same configs.
+"""
+import json
+import random
+import subprocess
+
+SEED = 20240611
+EXTRA_RANDOM = 12  # random stacks beyond coverage, for combinations nobody thought of
+
+# A second value for every numeric option, next to its default.
+NUMBER_VALUES = {"eps": [0.1]}
+
+
+def schema_targets(biaslab):
+    """(type, option, value) for every option value the suite must exercise."""
+    schema = json.loads(subprocess.run([biaslab, "schema"], check=True, capture_output=True, text=True).stdout)
+    targets = []
+    for t in schema["layer_types"]:
+        targets.append((t["name"], None, None))
+        for o in t["options"]:
+            if o["type"] == "bool":
+                values = [True, False]
+            elif o["type"] == "enum":
+                values = list(o["values"])
+            elif o["type"] == "number":
+                values = [o["default"]] + NUMBER_VALUES.get(o["name"], [])
+            elif o["name"] == "num_heads":
+                values = [1, 2, 4]
+            elif o["name"] == "num_groups":
+                values = [1, 2, 4]
+            elif o["name"] == "out_features":
+                values = ["narrower", "wider"]
+            elif o["type"] == "layers":
+                values = ["nested"]
+            else:
+                raise SystemExit(f"configs.py does not know how to cover option {t['name']}.{o['name']} "
+                                 f"({o['type']}); add it to schema_targets")
+            targets += [(t["name"], o["name"], v) for v in values]
+    return targets
+
+
+DEFAULTS = {
+    "linear": {"bias": True}, "layernorm": {"elementwise_affine": True, "bias": True, "eps": 1e-5},
+    "rmsnorm": {"elementwise_affine": True, "eps": 1e-6},
+    "batchnorm": {"mode": "train", "affine": True, "eps": 1e-5},
+    "groupnorm": {"num_groups": 4, "affine": True, "eps": 1e-5}, "instancenorm": {"affine": False, "eps": 1e-5},
+    "attention": {"num_heads": 4, "q_bias": True, "k_bias": True, "v_bias": True, "o_bias": True,
+                  "causal": False, "rope": False},
+    "gelu": {"approximate": "none"}, "relu": {}, "softmax": {},
+}
+SIMPLE_TYPES = ["linear", "layernorm", "rmsnorm", "batchnorm", "groupnorm", "instancenorm", "attention",
+                "relu", "gelu", "softmax"]
+
+
+class Generator:
+    def __init__(self, seed):
+        self.rng = random.Random(seed)
+
+    def divisors(self, width, even_quotient=False):
+        return [d for d in range(1, width + 1) if width % d == 0 and (not even_quotient or (width // d) % 2 == 0)]
+
+    def layer(self, kind, width, fixed=None):
+        """A layer of `kind` at `width` with random options, `fixed` ones forced; returns (layer, out width)."""
+        rng, fixed = self.rng, dict(fixed or {})
+        layer = {"type": kind}
+        out = width
+        if kind == "linear":
+            shape = fixed.pop("out_features", rng.choice(["same", "same", "narrower", "wider"]))
+            if shape == "narrower":
+                out = max(1, width // 2)
+            elif shape == "wider":
+                out = width * 2
+            if out != width:
+                layer["out_features"] = out
+            layer["bias"] = rng.random() < 0.85
+        elif kind == "layernorm":
+            layer["elementwise_affine"] = rng.random() < 0.8
+            layer["bias"] = rng.random() < 0.7
+        elif kind == "rmsnorm":
+            layer["elementwise_affine"] = rng.random() < 0.8
+        elif kind == "batchnorm":
+            layer["mode"] = rng.choice(["train", "eval"])
+            layer["affine"] = rng.random() < 0.8
+        elif kind == "groupnorm":
+            groups = fixed.get("num_groups") or rng.choice(self.divisors(width))
+            layer["num_groups"] = groups
+            layer["affine"] = rng.random() < 0.8
+        elif kind == "instancenorm":
+            layer["affine"] = rng.random() < 0.5
+        elif kind == "attention":
+            rope = fixed.get("rope", rng.random() < 0.3 and width % 2 == 0)
+            layer["num_heads"] = fixed.get("num_heads") or rng.choice(self.divisors(width, even_quotient=rope))
+            for b in ("q_bias", "k_bias", "v_bias", "o_bias"):
+                layer[b] = rng.random() < 0.75
+            layer["causal"] = rng.random() < 0.4
+            layer["rope"] = rope
+        elif kind == "gelu":
+            layer["approximate"] = rng.choice(["none", "tanh"])
+        if "eps" in DEFAULTS.get(kind, {}) and rng.random() < 0.2:
+            layer["eps"] = 0.1
+        layer.update(fixed)
+        return layer, out
+
+    def stack(self, width, count, depth=0):
+        """`count` random layers starting at `width`; returns (layers, out width)."""
+        layers = []
+        for _ in range(count):
+            if depth < 2 and self.rng.random() < 0.15:
+                body, w = self.stack(width, self.rng.randint(1, 3), depth + 1)
+                layers.append({"type": "residual", "body": self.back_to(body, w, width)})
+                continue
+            layer, width = self.layer(self.rng.choice(SIMPLE_TYPES), width)
+            layers.append(layer)
+        return layers, width
+
+    def back_to(self, layers, width, target):
+        """A residual body must end at the block's width."""
+        if width != target:
+            layers.append({"type": "linear", "out_features": target, "bias": self.rng.random() < 0.8})
+        return layers
+
+    def shape(self, target):
+        rng = self.rng
+        features = rng.choice([4, 6, 8, 12, 16])
+        if target[1] == "num_heads" or target[1] == "num_groups":
+            features = rng.choice([8, 12, 16])
+        if target[0] == "attention" and target[1] == "rope" and target[2]:
+            features = rng.choice([8, 16])
+        return {"batch": rng.randint(1, 3), "tokens": rng.randint(1, 6), "features": features}
+
+    def config_for(self, target):
+        """A random stack with the target layer (and option value) somewhere in it."""
+        rng = self.rng
+        kind, option, value = target
+        shape = self.shape(target)
+        width = shape["features"]
+        before, width = self.stack(width, rng.randint(0, 2))
+        if kind in ("attention", "groupnorm"):  # heads and groups were chosen to divide the input width
+            before, width = self.back_to(before, width, shape["features"]), shape["features"]
+        if kind == "residual":
+            body, w = self.stack(width, rng.randint(1, 3), depth=1)
+            inner, w2 = self.stack(w, 1, depth=2)
+            body.append({"type": "residual", "body": self.back_to(inner, w2, w)})
+            middle = [{"type": "residual", "body": self.back_to(body, w, width)}]
+        else:
+            fixed = {} if option is None else {option: value}
+            layer, width_after = self.layer(kind, width, fixed)
+            if rng.random() < 0.3:  # inside a residual block
+                middle = [{"type": "residual", "body": self.back_to([layer], width_after, width)}]
+            else:
+                middle, width = [layer], width_after
+        after, _ = self.stack(width, rng.randint(1, 3))
+        return {"version": 1, "seed": rng.randint(0, 10 ** 6), "dtype": rng.choice(["float32", "float64"]),
+                "shape": shape, "layers": before + middle + after}
+
+
+def used_targets(layers, width, found):
+    """Every (type, option, value) a config exercises, defaults included."""
+    for layer in layers:
+        kind = layer["type"]
+        found.add((kind, None, None))
+        if kind == "residual":
+            found.add((kind, "body", "nested"))
+            used_targets(layer["body"], width, found)
+            continue
+        options = dict(DEFAULTS.get(kind, {}))
+        options.update({k: v for k, v in layer.items() if k not in ("type", "out_features")})
+        for option, value in options.items():
+            found.add((kind, option, value))
+        if kind == "linear" and layer.get("out_features", width) != width:
+            found.add((kind, "out_features", "narrower" if layer["out_features"] < width else "wider"))
+            width = layer["out_features"]
+    return found
+
+
+# Stacks that the folds and edge cases need for sure (random stacks may miss them).
+FIXED = [
+    ("fold-merge-linear-linear", {"version": 1, "seed": 1, "dtype": "float64", "shape": {"batch": 2, "tokens": 3, "features": 6},
+                                  "layers": [{"type": "linear", "out_features": 4}, {"type": "linear", "out_features": 8, "bias": False}, {"type": "softmax"}]}),
+    ("fold-batchnorm-eval-linear", {"version": 1, "seed": 2, "dtype": "float64", "shape": {"batch": 2, "tokens": 4, "features": 8},
+                                    "layers": [{"type": "relu"}, {"type": "batchnorm", "mode": "eval"}, {"type": "linear"}, {"type": "gelu", "approximate": "tanh"}]}),
+    ("fold-linear-batchnorm-eval-noaffine", {"version": 1, "seed": 3, "dtype": "float32", "shape": {"batch": 3, "tokens": 2, "features": 8},
+                                             "layers": [{"type": "linear", "bias": False}, {"type": "batchnorm", "mode": "eval", "affine": False}, {"type": "relu"}]}),
+    ("fold-layernorm-to-rmsnorm", {"version": 1, "seed": 4, "dtype": "float64", "shape": {"batch": 2, "tokens": 4, "features": 8},
+                                   "layers": [{"type": "linear"}, {"type": "layernorm", "bias": False}, {"type": "gelu"}]}),
+    ("fold-attention-into-layernorm-nobias", {"version": 1, "seed": 5, "dtype": "float64", "shape": {"batch": 2, "tokens": 5, "features": 8},
+                                              "layers": [{"type": "attention", "num_heads": 2}, {"type": "layernorm", "elementwise_affine": False}]}),
+    ("fold-rmsnorm-gain-into-attention", {"version": 1, "seed": 6, "dtype": "float64", "shape": {"batch": 2, "tokens": 4, "features": 8},
+                                          "layers": [{"type": "rmsnorm"}, {"type": "attention", "num_heads": 2, "rope": True, "causal": True}]}),
+    ("fold-drop-bias-through-residual", {"version": 1, "seed": 7, "dtype": "float64", "shape": {"batch": 3, "tokens": 4, "features": 8},
+                                         "layers": [{"type": "residual", "body": [{"type": "linear"}, {"type": "relu"}, {"type": "linear"}]},
+                                                    {"type": "batchnorm"}, {"type": "residual", "body": [{"type": "attention", "num_heads": 2}]},
+                                                    {"type": "instancenorm", "affine": True}, {"type": "residual", "body": [{"type": "layernorm"}]},
+                                                    {"type": "groupnorm", "num_groups": 2}]}),
+    ("edge-one-token", {"version": 1, "seed": 8, "dtype": "float64", "shape": {"batch": 2, "tokens": 1, "features": 4},
+                        "layers": [{"type": "attention", "num_heads": 2}, {"type": "linear"}, {"type": "instancenorm", "affine": True}, {"type": "linear", "out_features": 3}]}),
+    ("edge-one-feature", {"version": 1, "seed": 9, "dtype": "float32", "shape": {"batch": 1, "tokens": 3, "features": 1},
+                          "layers": [{"type": "linear"}, {"type": "layernorm"}, {"type": "linear", "out_features": 2}, {"type": "softmax"}]}),
+    ("edge-batch-one-batchnorm", {"version": 1, "seed": 10, "dtype": "float64", "shape": {"batch": 1, "tokens": 5, "features": 4},
+                                  "layers": [{"type": "linear"}, {"type": "batchnorm"}, {"type": "gelu"}, {"type": "linear"}]}),
+    ("postnorm-float32-causal-rope", {"version": 1, "seed": 11, "dtype": "float32", "shape": {"batch": 2, "tokens": 6, "features": 16},
+                                      "layers": [{"type": "residual", "body": [{"type": "attention", "num_heads": 4, "causal": True, "rope": True}]},
+                                                 {"type": "layernorm"},
+                                                 {"type": "residual", "body": [{"type": "linear", "out_features": 32}, {"type": "gelu", "approximate": "tanh"}, {"type": "linear", "out_features": 16}]},
+                                                 {"type": "layernorm", "bias": False}]}),
+]
+
+
+def generated_configs(biaslab, seed=SEED):
+    """[(name, config)]: the fixed stacks, then random ones until every schema target is used."""
+    configs = list(FIXED)
+    covered = set()
+    for _, c in configs:
+        used_targets(c["layers"], c["shape"]["features"], covered)
+    generator = Generator(seed)
+    for target in schema_targets(biaslab):
+        if target in covered:
+            continue
+        config = generator.config_for(target)
+        used_targets(config["layers"], config["shape"]["features"], covered)
+        kind, option, value = target
+        label = kind if option is None else f"{kind}-{option}-{str(value).lower()}"
+        configs.append((f"gen-{label}", config))
+    for i in range(EXTRA_RANDOM):
+        shape = generator.shape(("any", None, None))
+        layers, _ = generator.stack(shape["features"], generator.rng.randint(2, 6))
+        configs.append((f"random-{i}", {"version": 1, "seed": generator.rng.randint(0, 10 ** 6),
+                                        "dtype": generator.rng.choice(["float32", "float64"]),
+                                        "shape": shape, "layers": layers}))
+    missing = [t for t in schema_targets(biaslab) if t not in covered]
+    if missing:
+        raise SystemExit(f"generated configs miss {missing}")
+    return configs
