@@ -12,6 +12,7 @@
 #include "core/config.hpp"
 #include "core/folds.hpp"
 #include "core/presets.hpp"
+#include "core/torch_export.hpp"
 
 namespace {
 
@@ -45,6 +46,11 @@ std::string presets() {
 
 std::string schema() { return biaslab::config_schema().dump(); }
 
+// The PyTorch script and its safetensors weights (base64) for a config, or {ok:false, error}.
+std::string export_torch(const std::string& config_json, const std::string& title) {
+  return biaslab::export_torch_bundle(config_json, title).dump();
+}
+
 std::string version() { return biaslab::biaslab_version(); }
 
 #ifdef BIASLAB_WASM_NODE
@@ -65,6 +71,7 @@ EMSCRIPTEN_BINDINGS(biaslab) {
   emscripten::function("analyzeWithCallbacks", &analyze);
   emscripten::function("presets", &presets);
   emscripten::function("schema", &schema);
+  emscripten::function("exportTorch", &export_torch);
   emscripten::function("version", &version);
 #ifdef BIASLAB_WASM_NODE
   emscripten::function("foldRules", &fold_rules);

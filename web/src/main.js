@@ -479,6 +479,22 @@ function wire_controls() {
   $('theme').addEventListener('change', (e) => set_theme(e.target.value));
   matchMedia('(prefers-color-scheme: dark)').addEventListener('change', () => refresh_plot($('results-body'), state.report));
   $('download-json').addEventListener('click', () => state.report && download('biaslab-report.json', JSON.stringify(state.report, null, 2) + '\n', 'application/json'));
+  $('download-torch').addEventListener('click', async () => {
+    const button = $('download-torch');
+    button.disabled = true;
+    flash_status('Writing the PyTorch script and weights…');
+    try {
+      const bundle = await engine.export_torch(config_text());
+      download('biaslab-experiment.py', bundle.script, 'text/x-python');
+      const bytes = Uint8Array.from(atob(bundle.weights_base64), (c) => c.charCodeAt(0));
+      download('biaslab-experiment.safetensors', new Blob([bytes], { type: 'application/octet-stream' }));
+      flash_status('Saved biaslab-experiment.py and biaslab-experiment.safetensors: run python3 biaslab-experiment.py biaslab-experiment.safetensors');
+    } catch (e) {
+      flash_status(`Export failed: ${e.message}`);
+    } finally {
+      button.disabled = false;
+    }
+  });
   // A pasted link in the same tab: load it (replaceState never fires this, so no loop).
   window.addEventListener('hashchange', () => {
     state.config = config_from_link(location.hash);

@@ -323,6 +323,29 @@ test('page: tables export as Markdown and CSV, the report as JSON, the plot as P
   await page.close();
 });
 
+test('page: the experiment downloads as a PyTorch script and its safetensors weights', async () => {
+  const { page } = await open(server.url);
+  const files = {};
+  page.on('download', async (d) => { files[d.suggestedFilename()] = await readFile(await d.path()); });
+  await page.click('#download-torch');
+  await page.waitForFunction(() => document.querySelector('#download-torch') && !document.querySelector('#download-torch').disabled);
+  for (let i = 0; i < 50 && Object.keys(files).length < 2; ++i) await page.waitForTimeout(100);
+  const script = files['biaslab-experiment.py'];
+  const weights = files['biaslab-experiment.safetensors'];
+  assert.ok(script, 'the script was downloaded');
+  assert.ok(weights, 'the weights were downloaded');
+  assert.match(script.toString('utf8'), /^#!\/usr\/bin\/env python3/);
+  assert.match(script.toString('utf8'), /import torch/);
+  // safetensors: 8-byte little-endian header length, then a JSON header naming every tensor.
+  const n = Number(weights.readBigUInt64LE(0));
+  const header = JSON.parse(weights.subarray(8, 8 + n).toString('utf8'));
+  assert.deepEqual(header['layers.0.body.1.k_proj.bias'].shape, [64]);
+  assert.deepEqual(header.input.shape, [2, 16, 64]);
+  const end = Math.max(...Object.entries(header).filter(([k]) => k !== '__metadata__').map(([, t]) => t.data_offsets[1]));
+  assert.equal(weights.length, 8 + n + end, 'the file is exactly header + data');
+  await page.close();
+});
+
 test('page: keyboard only: skip link first, a layer can be added with Enter', async () => {
   const { page } = await open(server.url);
   await page.keyboard.press('Tab');
