@@ -4,6 +4,9 @@ import { resolve } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { defineConfig } from 'vite';
 
+import { katex_prerender } from './tools/katex-prerender.js';
+import { minify_loader } from './tools/minify-loader.js';
+
 const here = fileURLToPath(new URL('.', import.meta.url));
 // scripts/build-web.sh sets BIASLAB_WASM_DIR; the default is the emcmake build directory.
 const wasm_dir = process.env.BIASLAB_WASM_DIR ?? resolve(here, '../build-wasm/cpp/wasm');
@@ -11,6 +14,10 @@ const wasm_dir = process.env.BIASLAB_WASM_DIR ?? resolve(here, '../build-wasm/cp
 export default defineConfig({
   base: './',
   resolve: { alias: { '@wasm': wasm_dir } },
+  plugins: [
+    katex_prerender({ wasm_dir }), // formulas typeset here: no KaTeX JS in the page
+    minify_loader({ names: ['biaslab.js'] }),
+  ],
   server: { fs: { allow: [here, wasm_dir] } },
   worker: { format: 'iife' }, // a classic worker: Emscripten 3.1.6 detects workers by importScripts
   build: {

@@ -10,7 +10,9 @@
 
 #include "core/analyze.hpp"
 #include "core/config.hpp"
+#include "core/folds.hpp"
 #include "core/presets.hpp"
+#include "core/torch_export.hpp"
 
 namespace {
 
@@ -44,7 +46,23 @@ std::string presets() {
 
 std::string schema() { return biaslab::config_schema().dump(); }
 
+// The PyTorch script and its safetensors weights (base64) for a config, or {ok:false, error}.
+std::string export_torch(const std::string& config_json, const std::string& title) {
+  return biaslab::export_torch_bundle(config_json, title).dump();
+}
+
 std::string version() { return biaslab::biaslab_version(); }
+
+#ifdef BIASLAB_WASM_NODE
+// Every fold rule with its LaTeX formula: the page's build typesets these ahead of time (so it
+// ships no TeX engine), and a report's fold rows carry the same strings.
+std::string fold_rules() {
+  json list = json::array();
+  for (const auto& r : biaslab::fold_rules())
+    list.push_back({{"id", r.id}, {"title", r.title}, {"formula", r.formula}});
+  return list.dump();
+}
+#endif
 
 }  // namespace
 
@@ -53,5 +71,9 @@ EMSCRIPTEN_BINDINGS(biaslab) {
   emscripten::function("analyzeWithCallbacks", &analyze);
   emscripten::function("presets", &presets);
   emscripten::function("schema", &schema);
+  emscripten::function("exportTorch", &export_torch);
   emscripten::function("version", &version);
+#ifdef BIASLAB_WASM_NODE
+  emscripten::function("foldRules", &fold_rules);
+#endif
 }

@@ -45,12 +45,15 @@ export class EngineClient {
     this.module = null;
     this.next_id = 1;
     this.current = null; // {id, resolve, reject, on_progress, started}
+    this.exports = new Map(); // id -> {resolve, reject}: PyTorch exports waiting for the worker
   }
 
   /** Compiles the module and starts the first worker; resolves with the engine's static data. */
   async start() {
     this.module = await compile_wasm(this.wasm_url);
+    performance.mark('biaslab:engine-compiled');
     const ready = await this.#spawn();
+    performance.mark('biaslab:engine-ready');
     return { version: ready.version, schema: JSON.parse(ready.schema), presets: JSON.parse(ready.presets) };
   }
 
@@ -81,6 +84,15 @@ export class EngineClient {
       this.#fail(worker, err);
       return;
     }
+    if (msg.type === 'exported') {
+      const waiting = this.exports.get(msg.id);
+      this.exports.delete(msg.id);
+      if (!waiting) return;
+      const bundle = JSON.parse(msg.bundle);
+      if (bundle.ok) waiting.resolve(bundle);
+      else waiting.reject(new EngineError(bundle.error));
+      return;
+    }
     const cur = this.current;
     if (!cur || msg.id !== cur.id) return; // stale: a superseded request
     if (msg.type === 'progress') cur.on_progress?.(msg.step, msg.fraction);
@@ -106,9 +118,16 @@ export class EngineClient {
     const cur = this.current;
     this.current = null;
     cur?.reject(err);
+    this.#drop_exports(err);
+  }
+
+  #drop_exports(err) {
+    for (const { reject } of this.exports.values()) reject(err);
+    this.exports.clear();
   }
 
   #replace_worker() {
+    this.#drop_exports(new CancelledError('the engine was restarted'));
     this.worker?.terminate();
     this.worker = null;
     this.#spawn().catch(() => {});
@@ -132,6 +151,21 @@ export class EngineClient {
     return new Promise((resolve, reject) => {
       this.current = { id, resolve, reject, on_progress, started: performance.now() };
       this.worker.postMessage({ type: 'analyze', id, config: config_text });
+    });
+  }
+
+  /**
+   * The experiment as a PyTorch script plus its weights: resolves {script, weights_base64};
+   * rejects EngineError for an invalid config, CancelledError if the worker is replaced first.
+   * @param {string} config_text
+   * @param {string} [title]
+   */
+  export_torch(config_text, title = '') {
+    if (!this.worker) this.#spawn().catch(() => {});
+    const id = this.next_id++;
+    return new Promise((resolve, reject) => {
+      this.exports.set(id, { resolve, reject });
+      this.worker.postMessage({ type: 'export', id, config: config_text, title });
     });
   }
 

@@ -14,6 +14,7 @@ self.onmessage = (event) => {
   const msg = event.data;
   if (msg.type === 'init') engine = boot(msg);
   else if (msg.type === 'analyze') run(msg);
+  else if (msg.type === 'export') export_torch(msg);
 };
 
 function boot({ glue_url, wasm_module }) {
@@ -66,5 +67,16 @@ async function run({ id, config }) {
   } catch (e) {
     // Only an abort (e.g. memory exhausted) gets here; the C++ side reports all else as JSON.
     self.postMessage({ type: 'fatal', id, message: `the engine stopped: ${e && e.message ? e.message : e}` });
+  }
+}
+
+// The exported PyTorch script and weights: one engine call, answered with its own id (an export
+// never supersedes an analysis, it waits for the worker like any message).
+async function export_torch({ id, config, title }) {
+  try {
+    const m = await engine;
+    self.postMessage({ type: 'exported', id, bundle: m.exportTorch(config, title ?? '') });
+  } catch (e) {
+    self.postMessage({ type: 'exported', id, bundle: JSON.stringify({ ok: false, error: { path: '', message: `the engine stopped: ${e && e.message ? e.message : e}` } }) });
   }
 }

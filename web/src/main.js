@@ -1,6 +1,6 @@
 // The page: wires the engine (a Web Worker), the editors, the results and the share link.
 // All state lives in `state`; each view is redrawn from it by one function.
-import 'katex/dist/katex.min.css';
+import 'virtual:katex.css'; // KaTeX's CSS, cut to the pre-typeset formulas (tools/katex-prerender.js)
 import 'uplot/dist/uPlot.min.css';
 import './style.css';
 
@@ -50,6 +50,7 @@ let hash_timer = null;
 // Boot
 
 async function boot() {
+  performance.mark('biaslab:boot');
   apply_theme_choice();
   if (EMBED) document.documentElement.classList.add('embed');
   engine = new EngineClient({
@@ -116,9 +117,17 @@ function render_presets() {
   $('claim').textContent = current ? current.claim : 'Your own layer stack: edit it on the left or in the JSON.';
 }
 
+// Each preset's canonical config, made once: every edit compares the experiment with all of them.
+// Read-only; loading a preset makes a fresh copy to edit.
+const canonical_presets = new WeakMap();
+function canonical_preset(preset) {
+  if (!canonical_presets.has(preset)) canonical_presets.set(preset, canonical_config(state.schema, JSON.parse(preset.config)));
+  return canonical_presets.get(preset);
+}
+
 function matching_preset() {
   const mine = canonical_config(state.schema, state.config);
-  return state.presets.find((p) => same_json(canonical_config(state.schema, JSON.parse(p.config)), mine)) ?? null;
+  return state.presets.find((p) => same_json(canonical_preset(p), mine)) ?? null;
 }
 
 let marked_error;
@@ -280,9 +289,22 @@ function load_preset(name) {
 // ---------------------------------------------------------------------------------------------
 // Analysis
 
+let analysis_queued = false;
 function analyze_soon(immediate) {
   clearTimeout(analysis_timer);
-  analysis_timer = setTimeout(run_analysis, immediate ? 0 : TYPING_DELAY_MS);
+  if (!immediate) {
+    analysis_timer = setTimeout(run_analysis, TYPING_DELAY_MS);
+    return;
+  }
+  // At the end of this task, not in a later one: a timeout, even of 0 ms, let the browser draw
+  // a frame first, which kept the engine waiting 10-20 ms after every click. Several edits in
+  // one task still make one analysis.
+  if (analysis_queued) return;
+  analysis_queued = true;
+  queueMicrotask(() => {
+    analysis_queued = false;
+    run_analysis();
+  });
 }
 
 async function run_analysis() {
@@ -341,9 +363,11 @@ async function run_analysis() {
   mark_analysed(true);
 }
 
-// A counter on <html> that tests (and anyone scripting the page) can wait on.
+// A counter on <html> that tests (and anyone scripting the page) can wait on; the first
+// analysis also leaves a performance mark (bench/browser-bench.mjs reads the boot phases).
 function mark_analysed(ok) {
   const root = document.documentElement.dataset;
+  if (!root.analyses) performance.mark('biaslab:first-analysis');
   root.analyses = String(Number(root.analyses ?? 0) + 1);
   root.lastAnalysis = ok ? 'ok' : 'error';
   document.dispatchEvent(new CustomEvent('biaslab:analysed', { detail: { ok } }));
@@ -455,6 +479,22 @@ function wire_controls() {
   $('theme').addEventListener('change', (e) => set_theme(e.target.value));
   matchMedia('(prefers-color-scheme: dark)').addEventListener('change', () => refresh_plot($('results-body'), state.report));
   $('download-json').addEventListener('click', () => state.report && download('biaslab-report.json', JSON.stringify(state.report, null, 2) + '\n', 'application/json'));
+  $('download-torch').addEventListener('click', async () => {
+    const button = $('download-torch');
+    button.disabled = true;
+    flash_status('Writing the PyTorch script and weights…');
+    try {
+      const bundle = await engine.export_torch(config_text());
+      download('biaslab-experiment.py', bundle.script, 'text/x-python');
+      const bytes = Uint8Array.from(atob(bundle.weights_base64), (c) => c.charCodeAt(0));
+      download('biaslab-experiment.safetensors', new Blob([bytes], { type: 'application/octet-stream' }));
+      flash_status('Saved biaslab-experiment.py and biaslab-experiment.safetensors: run python3 biaslab-experiment.py biaslab-experiment.safetensors');
+    } catch (e) {
+      flash_status(`Export failed: ${e.message}`);
+    } finally {
+      button.disabled = false;
+    }
+  });
   // A pasted link in the same tab: load it (replaceState never fires this, so no loop).
   window.addEventListener('hashchange', () => {
     state.config = config_from_link(location.hash);

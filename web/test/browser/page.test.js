@@ -116,6 +116,48 @@ test('page: editing a layer updates the tables and the link without adding histo
   await page.close();
 });
 
+// One stack on which every fold rule of the engine applies, so every formula is on screen.
+const EVERY_RULE = {
+  shape: { batch: 2, tokens: 4, features: 16 },
+  layers: [
+    { type: 'layernorm' }, { type: 'linear' }, { type: 'rmsnorm' }, { type: 'linear' },
+    { type: 'batchnorm', mode: 'eval' }, { type: 'linear' }, { type: 'attention', num_heads: 2 },
+    { type: 'linear' }, { type: 'batchnorm' }, { type: 'linear' }, { type: 'layernorm' },
+    { type: 'linear' }, { type: 'linear' }, { type: 'layernorm', bias: false },
+  ],
+};
+
+test('page: every formula is typeset at build time and draws only with fonts it loaded', async () => {
+  const engine = await load_engine();
+  const rules = JSON.parse(engine.module.foldRules());
+  const { page, problems } = await open(server.url + encode_link(engine.schema(), EVERY_RULE));
+  const shown = await page.$$eval('table.table-folds tbody tr', (trs) => trs.map((tr) => tr.querySelector('.col-rule code').textContent));
+  assert.deepEqual([...new Set(shown)].sort(), rules.map((r) => r.id).sort(), 'the stack shows every rule');
+  assert.equal(await page.$$eval('.formula-tex', (l) => l.length), 0, 'no formula fell back to raw LaTeX');
+  assert.equal(await page.$$eval('table.table-folds .formula .katex .katex-mathml math', (l) => l.length), shown.length, 'MathML for screen readers');
+  await page.evaluate(() => document.fonts.ready);
+  // Every glyph's face must be one the page declared and loaded: a missing @font-face would
+  // fall back to a system serif without any error.
+  const faces = await page.evaluate(() => {
+    const norm = (w) => ({ normal: '400', bold: '700' })[w] ?? String(w);
+    const loaded = [...document.fonts].filter((f) => f.status === 'loaded').map((f) => `${f.family.replace(/"/g, '')} ${norm(f.weight)} ${f.style}`);
+    const needed = new Set();
+    for (const el of document.querySelectorAll('.katex-html *')) {
+      if (![...el.childNodes].some((n) => n.nodeType === Node.TEXT_NODE && n.textContent.trim())) continue;
+      const cs = getComputedStyle(el);
+      const family = cs.fontFamily.split(',')[0].trim().replace(/"/g, '');
+      needed.add(`${family} ${norm(cs.fontWeight)} ${cs.fontStyle}`);
+    }
+    return { loaded, needed: [...needed] };
+  });
+  for (const face of faces.needed) assert.ok(faces.loaded.includes(face), `${face} is drawn but not loaded (loaded: ${faces.loaded.join('; ')})`);
+  assert.ok(faces.needed.some((f) => f.startsWith('KaTeX_Math')), faces.needed.join('; '));
+  await page.locator('#section-folds').screenshot({ path: resolve(SHOTS, 'formulas.png') });
+  assert.deepEqual(problems, []);
+  console.log(`KaTeX faces drawn: ${faces.needed.join('; ')}`);
+  await page.close();
+});
+
 test('page: an invalid edit names its JSON path and keeps the last good results', async () => {
   const { page } = await open(server.url);
   const before_tables = await table_texts(page);
@@ -278,6 +320,29 @@ test('page: tables export as Markdown and CSV, the report as JSON, the plot as P
   const [png] = await Promise.all([page.waitForEvent('download'), page.click('#download-png')]);
   const bytes = await readFile(await png.path());
   assert.equal(bytes.subarray(1, 4).toString(), 'PNG');
+  await page.close();
+});
+
+test('page: the experiment downloads as a PyTorch script and its safetensors weights', async () => {
+  const { page } = await open(server.url);
+  const files = {};
+  page.on('download', async (d) => { files[d.suggestedFilename()] = await readFile(await d.path()); });
+  await page.click('#download-torch');
+  await page.waitForFunction(() => document.querySelector('#download-torch') && !document.querySelector('#download-torch').disabled);
+  for (let i = 0; i < 50 && Object.keys(files).length < 2; ++i) await page.waitForTimeout(100);
+  const script = files['biaslab-experiment.py'];
+  const weights = files['biaslab-experiment.safetensors'];
+  assert.ok(script, 'the script was downloaded');
+  assert.ok(weights, 'the weights were downloaded');
+  assert.match(script.toString('utf8'), /^#!\/usr\/bin\/env python3/);
+  assert.match(script.toString('utf8'), /import torch/);
+  // safetensors: 8-byte little-endian header length, then a JSON header naming every tensor.
+  const n = Number(weights.readBigUInt64LE(0));
+  const header = JSON.parse(weights.subarray(8, 8 + n).toString('utf8'));
+  assert.deepEqual(header['layers.0.body.1.k_proj.bias'].shape, [64]);
+  assert.deepEqual(header.input.shape, [2, 16, 64]);
+  const end = Math.max(...Object.entries(header).filter(([k]) => k !== '__metadata__').map(([, t]) => t.data_offsets[1]));
+  assert.equal(weights.length, 8 + n + end, 'the file is exactly header + data');
   await page.close();
 });
 

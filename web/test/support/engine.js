@@ -17,6 +17,7 @@ export async function load_engine() {
   const create = createRequire(import.meta.url)(js);
   const m = await create({ wasmBinary: readFileSync(resolve(WASM_DIR, 'biaslab-node.wasm')) });
   engine = {
+    module: m,
     version: () => m.version(),
     schema: () => JSON.parse(m.schema()),
     presets: () => JSON.parse(m.presets()),
