@@ -6,6 +6,7 @@ import { defineConfig } from 'vite';
 
 import { katex_prerender } from './tools/katex-prerender.js';
 import { minify_loader } from './tools/minify-loader.js';
+import { preload_engine } from './tools/preload-engine.js';
 
 const here = fileURLToPath(new URL('.', import.meta.url));
 // scripts/build-web.sh sets BIASLAB_WASM_DIR; the default is the emcmake build directory.
@@ -17,6 +18,7 @@ export default defineConfig({
   plugins: [
     katex_prerender({ wasm_dir }), // formulas typeset here: no KaTeX JS in the page
     minify_loader({ names: ['biaslab.js'] }),
+    preload_engine({ name: 'biaslab.wasm' }),
   ],
   server: { fs: { allow: [here, wasm_dir] } },
   worker: { format: 'iife' }, // a classic worker: Emscripten 3.1.6 detects workers by importScripts

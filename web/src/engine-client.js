@@ -50,16 +50,24 @@ export class EngineClient {
 
   /** Compiles the module and starts the first worker; resolves with the engine's static data. */
   async start() {
-    this.module = await compile_wasm(this.wasm_url);
-    performance.mark('biaslab:engine-compiled');
-    const ready = await this.#spawn();
+    // The worker starts and loads the engine's script while the module compiles.
+    const compiled = compile_wasm(this.wasm_url).then((module) => {
+      performance.mark('biaslab:engine-compiled');
+      return (this.module = module);
+    });
+    const ready = await this.#spawn(compiled);
     performance.mark('biaslab:engine-ready');
     return { version: ready.version, schema: JSON.parse(ready.schema), presets: JSON.parse(ready.presets) };
   }
 
-  #spawn() {
+  /**
+   * A new worker. `compiled` resolves with the module while it compiles (first start); a
+   * replacement gets the module at once, so its init arrives before any analyze message.
+   */
+  #spawn(compiled = null) {
     const worker = this.make_worker();
     this.worker = worker;
+    worker.postMessage({ type: 'load', glue_url: this.glue_url });
     return new Promise((resolve, reject) => {
       worker.onmessage = (event) => {
         const msg = event.data;
@@ -72,7 +80,13 @@ export class EngineClient {
         reject(err);
         this.#fail(worker, err);
       };
-      worker.postMessage({ type: 'init', glue_url: this.glue_url, wasm_module: this.module });
+      const init = (wasm_module) => worker.postMessage({ type: 'init', glue_url: this.glue_url, wasm_module });
+      if (!compiled) init(this.module);
+      else
+        compiled.then(init, (err) => {
+          reject(err);
+          this.#fail(worker, err);
+        });
     });
   }
 

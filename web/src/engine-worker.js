@@ -2,27 +2,41 @@
 // importScripts). The page compiles the .wasm once and hands every worker the compiled
 // WebAssembly.Module, so replacing a worker to cancel a long analysis costs only instantiation.
 //
-// Messages in:  {type:'init', glue_url, wasm_module}   {type:'analyze', id, config}
+// Messages in:  {type:'load', glue_url}  (optional, first: load the engine's script while the
+//                page still compiles the module)
+//               {type:'init', glue_url, wasm_module}   {type:'analyze', id, config}
 // Messages out: {type:'ready', version, schema, presets}  (schema, presets: JSON text)
 //               {type:'progress', id, step, fraction}
 //               {type:'result', id, report, ms}         (report: JSON text)
 //               {type:'fatal', id?, message}            (the module is unusable; replace the worker)
 
 let engine = null;
+let script = null; // {error} once importScripts has run
 
 self.onmessage = (event) => {
   const msg = event.data;
-  if (msg.type === 'init') engine = boot(msg);
+  if (msg.type === 'load') load_script(msg.glue_url);
+  else if (msg.type === 'init') engine = boot(msg);
   else if (msg.type === 'analyze') run(msg);
   else if (msg.type === 'export') export_torch(msg);
 };
 
-function boot({ glue_url, wasm_module }) {
+function load_script(glue_url) {
+  if (script) return script;
   try {
     importScripts(glue_url); // defines createBiaslab (MODULARIZE, EXPORT_NAME)
+    script = { error: null };
   } catch (e) {
-    self.postMessage({ type: 'fatal', message: `could not load the engine script: ${e}` });
-    return Promise.reject(e);
+    script = { error: e };
+  }
+  return script;
+}
+
+function boot({ glue_url, wasm_module }) {
+  const { error } = load_script(glue_url);
+  if (error) {
+    self.postMessage({ type: 'fatal', message: `could not load the engine script: ${error}` });
+    return Promise.reject(error);
   }
   return self
     .createBiaslab({
