@@ -1,6 +1,7 @@
 // The page: wires the engine (a Web Worker), the editors, the results and the share link.
 // All state lives in `state`; each view is redrawn from it by one function.
 import 'virtual:katex.css'; // KaTeX's CSS, cut to the pre-typeset formulas (tools/katex-prerender.js)
+import 'uplot/dist/uPlot.min.css';
 import './style.css';
 
 import glue_url from '@wasm/biaslab.js?url';
