@@ -1,0 +1,229 @@
+// Speed and size figures of the built page in headless Chromium, for the README. Not a test:
+// it prints Markdown tables and exits 0 whether or not the goals are met.
+//
+//   node bench/browser-bench.mjs [--loads N] [--edits N] [--big N] [--native PATH] [--dist DIR]
+//
+// - load:  navigation start to the bias table painted, cold (nothing cached), median of N loads
+// - edit:  a checkbox on the default preset (an immediate edit; number boxes add a 300 ms typing
+//          debounce by design) to the updated table painted, median of N edits
+// - big:   the article2-key-bias preset analysed in the page's worker, and natively
+//          (build/biaslab_bench --preset article2-key-bias --repeat 1) alternately, N of each,
+//          so both see the same machine load; the ratio is native ms / wasm ms
+// - size:  the response bodies the server sent for one cold load, gzip (as GitHub Pages serves),
+//          with raw and brotli for comparison
+//
+// Needs web/dist (npm run build), /usr/bin/chromium (or CHROMIUM_PATH) and, for the native
+// figure, a native build: cmake -S . -B build -DCMAKE_BUILD_TYPE=Release &&
+// cmake --build build -j2 --target biaslab_bench
+import { createServer } from 'node:http';
+import { readFile, stat } from 'node:fs/promises';
+import { existsSync } from 'node:fs';
+import { execFileSync } from 'node:child_process';
+import { extname, join, normalize, resolve, sep } from 'node:path';
+import { fileURLToPath } from 'node:url';
+import { gzipSync } from 'node:zlib';
+
+import { launch, CHROMIUM } from '../test/support/browser.js';
+import { compressed_sizes, kind, size_markdown } from './sizes.mjs';
+
+const WEB = fileURLToPath(new URL('..', import.meta.url));
+const opts = { loads: 7, edits: 21, big: 5, native: resolve(WEB, '../build/biaslab_bench'), dist: resolve(WEB, 'dist') };
+const argv = process.argv.slice(2);
+for (let i = 0; i < argv.length; i++) {
+  const key = argv[i].replace(/^--/, '');
+  if (!(key in opts)) {
+    console.error('usage: node bench/browser-bench.mjs [--loads N] [--edits N] [--big N] [--native PATH] [--dist DIR]');
+    process.exit(2);
+  }
+  opts[key] = typeof opts[key] === 'number' ? Number(argv[++i]) : resolve(argv[++i]);
+}
+
+const TYPES = {
+  '.html': 'text/html; charset=utf-8',
+  '.js': 'text/javascript; charset=utf-8',
+  '.css': 'text/css; charset=utf-8',
+  '.wasm': 'application/wasm',
+  '.svg': 'image/svg+xml',
+  '.woff2': 'font/woff2',
+  '.woff': 'font/woff',
+  '.ttf': 'font/ttf',
+};
+
+/** A static server that gzips what it sends (level 9, cached) and counts the bytes per path. */
+async function serve_gzip(root) {
+  const base = resolve(root);
+  const cache = new Map();
+  const log = [];
+  const server = createServer(async (req, res) => {
+    const path = decodeURIComponent(new URL(req.url, 'http://x').pathname);
+    let file = normalize(join(base, path));
+    if (file !== base && !file.startsWith(base + sep)) return res.writeHead(403).end();
+    try {
+      if ((await stat(file)).isDirectory()) file = join(file, 'index.html');
+      if (!cache.has(file)) {
+        const raw = await readFile(file);
+        cache.set(file, { raw, gzip: gzipSync(raw, { level: 9 }) });
+      }
+      const { raw, gzip } = cache.get(file);
+      const use_gzip = /\bgzip\b/.test(req.headers['accept-encoding'] ?? '');
+      const body = use_gzip ? gzip : raw;
+      res.writeHead(200, {
+        'content-type': TYPES[extname(file)] ?? 'application/octet-stream',
+        'cache-control': 'no-store',
+        ...(use_gzip ? { 'content-encoding': 'gzip', vary: 'accept-encoding' } : {}),
+        'content-length': body.length,
+      });
+      res.end(body);
+      log.push({ path: file.slice(base.length + 1), sent: body.length, gzip: use_gzip });
+    } catch {
+      res.writeHead(404).end();
+    }
+  });
+  await new Promise((ok) => server.listen(0, '127.0.0.1', ok));
+  return { url: `http://127.0.0.1:${server.address().port}/`, log, close: () => new Promise((ok) => { server.closeAllConnections?.(); server.close(ok); }) };
+}
+
+const median = (xs) => {
+  const s = [...xs].sort((a, b) => a - b);
+  return s.length % 2 ? s[(s.length - 1) / 2] : (s[s.length / 2 - 1] + s[s.length / 2]) / 2;
+};
+const fmt = (ms) => (ms >= 100 ? Math.round(ms).toString() : ms.toFixed(1));
+const spread = (xs) => `${fmt(Math.min(...xs))}–${fmt(Math.max(...xs))}`;
+
+// Marks, in the page's own clock (performance.now(): 0 is navigation start), when the bias
+// table first appears and when the frame that shows it has been produced.
+const INIT = () => {
+  window.__bench = {};
+  const obs = new MutationObserver(() => {
+    if (!document.querySelector('table.table-biases')) return;
+    obs.disconnect();
+    window.__bench.table_in_dom = performance.now();
+    requestAnimationFrame(() => setTimeout(() => (window.__bench.table_painted = performance.now()), 0));
+  });
+  obs.observe(document, { childList: true, subtree: true });
+};
+
+/** Runs `action` in the page and resolves after the next analysis is shown and painted. */
+const TIMED_EDIT = async ({ kind, selector, value }) => {
+  const done = new Promise((ok) => document.addEventListener('biaslab:analysed', (e) => ok(e.detail.ok), { once: true }));
+  const el = document.querySelector(selector);
+  const t0 = performance.now();
+  if (kind === 'click') el.click();
+  else {
+    el.value = value;
+    el.dispatchEvent(new Event('change', { bubbles: true }));
+  }
+  const ok = await done;
+  await new Promise((r) => requestAnimationFrame(() => setTimeout(r, 0)));
+  const worker = /\((\d+) ms in the worker\)/.exec(document.getElementById('summary')?.textContent ?? '');
+  return { ok, ms: performance.now() - t0, worker_ms: worker ? Number(worker[1]) : NaN };
+};
+
+function native_ms() {
+  const out = execFileSync(opts.native, ['--preset', 'article2-key-bias', '--repeat', '1'], { encoding: 'utf8' });
+  const row = out.split('\n').find((l) => l.startsWith('| article2-key-bias'));
+  return Number(row.split('|')[2]);
+}
+
+if (!existsSync(resolve(opts.dist, 'index.html'))) throw new Error(`${opts.dist} is missing: run npm run build`);
+const have_native = existsSync(opts.native);
+const server = await serve_gzip(opts.dist);
+const browser = await launch();
+const chromium_version = browser.context.browser()?.version() ?? CHROMIUM;
+
+async function open_page() {
+  const page = await browser.context.newPage();
+  const cdp = await browser.context.newCDPSession(page);
+  await cdp.send('Network.enable');
+  await cdp.send('Network.setCacheDisabled', { cacheDisabled: true });
+  await page.addInitScript(INIT);
+  return page;
+}
+
+async function wait_analysed(page, n = 1) {
+  await page.waitForFunction((n) => Number(document.documentElement.dataset.analyses ?? 0) >= n, n, { timeout: 120000 });
+}
+
+try {
+  // 1. Cold loads; the first one also gives the transferred bytes.
+  const loads = [];
+  let served = null;
+  for (let i = 0; i < opts.loads; i++) {
+    const page = await open_page();
+    server.log.length = 0;
+    await page.goto(server.url);
+    await wait_analysed(page);
+    await page.waitForFunction(() => window.__bench.table_painted !== undefined);
+    await page.waitForTimeout(200); // late requests (fonts) land in the log too
+    const t = await page.evaluate(() => ({
+      ...window.__bench,
+      ...Object.fromEntries(performance.getEntriesByType('mark').filter((m) => m.name.startsWith('biaslab:')).map((m) => [m.name.slice(8), m.startTime])),
+      wasm_end: performance.getEntriesByType('resource').find((e) => e.name.endsWith('.wasm'))?.responseEnd,
+      dom_content_loaded: performance.getEntriesByType('navigation')[0]?.domContentLoadedEventEnd,
+    }));
+    loads.push(t);
+    if (!served) served = [...server.log];
+    await page.close();
+  }
+
+  // 2. Edits on the default preset.
+  const page = await open_page();
+  await page.goto(server.url);
+  await wait_analysed(page);
+  const edits = [];
+  const checkbox = '[data-path="layers[0].body[1].k_bias"]';
+  for (let i = 0; i < opts.edits + 1; i++) {
+    await page.waitForTimeout(100);
+    const r = await page.evaluate(TIMED_EDIT, { kind: 'click', selector: checkbox });
+    if (!r.ok) throw new Error('an edit failed');
+    if (i > 0) edits.push(r); // the first edit warms up
+  }
+
+  // 3. The 1024-wide preset in the worker, alternating with the native build.
+  const big = [];
+  const native = [];
+  for (let i = 0; i < opts.big; i++) {
+    if (have_native) native.push(native_ms());
+    const r = await page.evaluate(TIMED_EDIT, { kind: 'select', selector: '#preset', value: 'article2-key-bias' });
+    if (!r.ok) throw new Error('article2-key-bias failed in the page');
+    big.push(r);
+    await page.evaluate(TIMED_EDIT, { kind: 'select', selector: '#preset', value: 'default' });
+  }
+  await page.close();
+
+  // Tables.
+  const first_table = loads.map((l) => l.table_painted);
+  const edit_ms = edits.map((e) => e.ms);
+  const big_worker = big.map((b) => b.worker_ms);
+  const big_page = big.map((b) => b.ms);
+  const sent_gzip = served.reduce((a, r) => a + r.sent, 0);
+  const files = [];
+  for (const r of served) {
+    if (files.some((f) => f.file === r.path)) continue;
+    files.push({ file: r.path, ...compressed_sizes(await readFile(resolve(opts.dist, r.path))) });
+  }
+  const budget = files.filter((f) => ['wasm', 'loader', 'js'].includes(kind(f.file))).reduce((a, f) => a + f.gzip, 0);
+  const ratio = have_native ? median(native) / median(big_worker) : NaN;
+  const yes = (ok) => (ok ? 'met' : '**not met**');
+
+  console.log(`\nChromium ${chromium_version}, Node ${process.version}; medians (range)\n`);
+  console.log('| measure | result | goal | |');
+  console.log('|---|---|---|---|');
+  console.log(`| load to first table (cold, ${loads.length} loads) | ${fmt(median(first_table))} ms (${spread(first_table)}); engine fetched at ${fmt(median(loads.map((l) => l.wasm_end)))} ms | < 1000 ms | ${yes(median(first_table) < 1000)} |`);
+  const phase = (key) => fmt(median(loads.map((l) => l[key])));
+  console.log(`| … of which: script running, engine compiled, worker ready, first analysis done, table painted | ${['boot', 'engine-compiled', 'engine-ready', 'first-analysis', 'table_painted'].map(phase).join(' → ')} ms | | |`);
+  console.log(`| edit to updated table, default preset (${edits.length} edits) | ${fmt(median(edit_ms))} ms (${spread(edit_ms)}); ${fmt(median(edits.map((e) => e.worker_ms)))} ms of it in the engine | < 100 ms | ${yes(median(edit_ms) < 100)} |`);
+  if (big.length) console.log(`| article2-key-bias in the page's worker (${big.length} runs) | ${fmt(median(big_worker))} ms in the worker (${spread(big_worker)}); ${fmt(median(big_page))} ms to the painted table | | |`);
+  if (have_native && big.length) {
+    console.log(`| article2-key-bias native, alternating with the above (${native.length} runs) | ${fmt(median(native))} ms (${spread(native)}) | | |`);
+    console.log(`| wasm speed / native speed | ${ratio.toFixed(2)}x | >= 0.7x | ${yes(ratio >= 0.7)} |`);
+  } else if (big.length) {
+    console.log(`| native | (no ${opts.native}: build it to get the ratio) | | |`);
+  }
+  console.log(`| transferred, one cold load (gzip, ${served.length} responses) | ${(sent_gzip / 1024).toFixed(1)} KB in all; wasm + JS ${(budget / 1024).toFixed(1)} KB | wasm + JS < 300 KB | ${yes(budget < 300 * 1024)} |`);
+  console.log('\nFiles of one cold load (gzip level 9 as served, brotli quality 11 for comparison):\n');
+  console.log(size_markdown(files));
+} finally {
+  await browser.close();
+  await server.close();
+}

@@ -1,0 +1,68 @@
+// Sizes of the built page as a static host would send them: raw, gzip (level 9, what
+// precompressing hosts use; GitHub Pages compresses with gzip) and brotli (quality 11).
+//
+//   node bench/sizes.mjs [dist]          every file of web/dist, one Markdown row each
+//
+// Fonts are summed into one row (a browser fetches only the faces a page uses; the browser
+// benchmark lists the ones it did fetch). `wasm + JS` is the issue's budget: the engine, its
+// loader and the page's scripts, compressed.
+import { readdirSync, readFileSync, statSync } from 'node:fs';
+import { join, relative, resolve } from 'node:path';
+import { fileURLToPath } from 'node:url';
+import { brotliCompressSync, gzipSync, constants } from 'node:zlib';
+
+export function compressed_sizes(bytes) {
+  return {
+    raw: bytes.length,
+    gzip: gzipSync(bytes, { level: 9 }).length,
+    brotli: brotliCompressSync(bytes, {
+      params: { [constants.BROTLI_PARAM_QUALITY]: 11, [constants.BROTLI_PARAM_SIZE_HINT]: bytes.length },
+    }).length,
+  };
+}
+
+function walk(dir) {
+  return readdirSync(dir).flatMap((name) => {
+    const path = join(dir, name);
+    return statSync(path).isDirectory() ? walk(path) : [path];
+  });
+}
+
+export function kind(file) {
+  if (/\.wasm$/.test(file)) return 'wasm';
+  if (/biaslab-[^/]*\.js$|\/biaslab\.js$/.test(file)) return 'loader';
+  if (/\.m?js$/.test(file)) return 'js';
+  if (/\.css$/.test(file)) return 'css';
+  if (/\.(woff2?|ttf)$/.test(file)) return 'font';
+  return 'other';
+}
+
+const kb = (n) => (n / 1024).toFixed(1);
+
+/**
+ * @param {{file: string, raw: number, gzip: number, brotli: number}[]} rows
+ * @returns {string} a Markdown table with totals
+ */
+export function size_markdown(rows) {
+  const sum = (list) => list.reduce((a, r) => ({ raw: a.raw + r.raw, gzip: a.gzip + r.gzip, brotli: a.brotli + r.brotli }), { raw: 0, gzip: 0, brotli: 0 });
+  const line = (label, r) => `| ${label} | ${kb(r.raw)} | ${kb(r.gzip)} | ${kb(r.brotli)} |`;
+  const fonts = rows.filter((r) => kind(r.file) === 'font');
+  const others = rows.filter((r) => kind(r.file) !== 'font');
+  const out = ['| file | raw KB | gzip KB | brotli KB |', '|---|---:|---:|---:|'];
+  for (const r of others) out.push(line(`${r.file} (${kind(r.file)})`, r));
+  if (fonts.length) out.push(line(`fonts: ${fonts.length} files`, sum(fonts)));
+  out.push(line('**wasm + JS** (engine, loader, page scripts)', sum(rows.filter((r) => ['wasm', 'loader', 'js'].includes(kind(r.file))))));
+  out.push(line('**total**', sum(rows)));
+  return out.join('\n');
+}
+
+export function dist_sizes(dist) {
+  return walk(dist)
+    .sort()
+    .map((path) => ({ file: relative(dist, path), ...compressed_sizes(readFileSync(path)) }));
+}
+
+if (process.argv[1] === fileURLToPath(import.meta.url)) {
+  const dist = resolve(process.argv[2] ?? fileURLToPath(new URL('../dist', import.meta.url)));
+  console.log(size_markdown(dist_sizes(dist)));
+}
