@@ -87,7 +87,7 @@ const median = (xs) => {
   const s = [...xs].sort((a, b) => a - b);
   return s.length % 2 ? s[(s.length - 1) / 2] : (s[s.length / 2 - 1] + s[s.length / 2]) / 2;
 };
-const fmt = (ms) => (ms >= 100 ? Math.round(ms).toString() : ms.toFixed(1));
+const fmt = (ms) => (!Number.isFinite(ms) ? 'n/a' : ms >= 100 ? Math.round(ms).toString() : ms.toFixed(1));
 const spread = (xs) => `${fmt(Math.min(...xs))}–${fmt(Math.max(...xs))}`;
 
 // Marks, in the page's own clock (performance.now(): 0 is navigation start), when the bias
@@ -210,8 +210,9 @@ try {
   console.log('| measure | result | goal | |');
   console.log('|---|---|---|---|');
   console.log(`| load to first table (cold, ${loads.length} loads) | ${fmt(median(first_table))} ms (${spread(first_table)}); engine fetched at ${fmt(median(loads.map((l) => l.wasm_end)))} ms | < 1000 ms | ${yes(median(first_table) < 1000)} |`);
-  const phase = (key) => fmt(median(loads.map((l) => l[key])));
-  console.log(`| … of which: script running, engine compiled, worker ready, first analysis done, table painted | ${['boot', 'engine-compiled', 'engine-ready', 'first-analysis', 'table_painted'].map(phase).join(' → ')} ms | | |`);
+  const phase = (key) => fmt(median(loads.map((l) => l[key] ?? NaN)));
+  // (a page built before the boot marks existed has none)
+  if (loads[0].boot !== undefined) console.log(`| … of which: script running, engine compiled, worker ready, first analysis done, table painted | ${['boot', 'engine-compiled', 'engine-ready', 'first-analysis', 'table_painted'].map(phase).join(' → ')} ms | | |`);
   console.log(`| edit to updated table, default preset (${edits.length} edits) | ${fmt(median(edit_ms))} ms (${spread(edit_ms)}); ${fmt(median(edits.map((e) => e.worker_ms)))} ms of it in the engine | < 100 ms | ${yes(median(edit_ms) < 100)} |`);
   if (big.length) console.log(`| article2-key-bias in the page's worker (${big.length} runs) | ${fmt(median(big_worker))} ms in the worker (${spread(big_worker)}); ${fmt(median(big_page))} ms to the painted table | | |`);
   if (have_native && big.length) {

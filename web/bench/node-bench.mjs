@@ -30,6 +30,7 @@ if (!presets.length) presets.push('default', 'article2-key-bias');
 
 const label = (dir) => (basename(dir) === 'wasm' ? basename(dirname(dirname(dir))) : basename(dir));
 const require = createRequire(import.meta.url);
+process.setMaxListeners(0); // every Emscripten Node module adds its own process listeners
 const builds = [];
 for (const dir of dirs) {
   const create = require(resolve(dir, 'biaslab-node.js'));

@@ -33,13 +33,18 @@ flags() {
     wasm-O2-small-nounroll) printf '%s\n' "$base" -DBIASLAB_WASM_EXCEPTIONS=wasm -DBIASLAB_WASM_OPT=-O2 "$small" -DBIASLAB_WASM_UNROLL=OFF ;;
     wasm-O2-small-nounroll-lto) printf '%s\n' "$base" -DBIASLAB_WASM_EXCEPTIONS=wasm -DBIASLAB_WASM_OPT=-O2 "$small" -DBIASLAB_WASM_UNROLL=OFF \
       -DBIASLAB_WASM_LTO=ON ;; # the default since this comparison
+    js-O2-small-nounroll-lto) printf '%s\n' "$base" -DBIASLAB_WASM_EXCEPTIONS=js -DBIASLAB_WASM_OPT=-O2 "$small" -DBIASLAB_WASM_UNROLL=OFF \
+      -DBIASLAB_WASM_LTO=ON ;;
+    wasm-O3-small-nounroll-lto) printf '%s\n' "$base" -DBIASLAB_WASM_EXCEPTIONS=wasm -DBIASLAB_WASM_OPT=-O3 "$small" -DBIASLAB_WASM_UNROLL=OFF \
+      -DBIASLAB_WASM_LTO=ON ;;
     wasm-O2-nosimd) printf '%s\n' "$base" -DBIASLAB_WASM_EXCEPTIONS=wasm -DBIASLAB_WASM_OPT=-O2 -DBIASLAB_WASM_SIMD=OFF ;;
     *) echo "unknown variant $1" >&2; exit 2 ;;
   esac
 }
 
 [ $# -gt 0 ] || set -- js-O3 wasm-O3 wasm-O2 wasm-O3-lto wasm-O2-lto wasm-O2-small wasm-O2-small-lto \
-  wasm-O2-small-novectorize wasm-O2-small-nounroll wasm-O2-small-nounroll-lto wasm-O2-nosimd
+  wasm-O2-small-novectorize wasm-O2-small-nounroll wasm-O2-small-nounroll-lto wasm-O2-nosimd \
+  js-O2-small-nounroll-lto wasm-O3-small-nounroll-lto
 for v in "$@"; do
   dir="$root/build-wasm-variants/$v"
   args=$(flags "$v")
