@@ -129,6 +129,10 @@ TEST_CASE("jvp: attention q/k/v/o biases match central differences") {
     check_all_biases(net(2, 4, 8, R"({"type": "linear"}, {"type": "attention", "num_heads": 4, "rope": true},
                                      {"type": "attention", "num_heads": 1, "causal": true})"));
   }
+  SUBCASE("a bias before attention without RoPE (the broadcast path), causal and not") {
+    check_all_biases(net(2, 5, 8, R"({"type": "linear"}, {"type": "attention", "num_heads": 2, "causal": true},
+                                     {"type": "linear"}, {"type": "attention", "num_heads": 4})"));
+  }
   SUBCASE("1 token, batch 1") { check_all_biases(net(1, 1, 4, R"({"type": "attention", "num_heads": 2})")); }
 }
 

@@ -2,12 +2,12 @@
 
 #include <cctype>
 #include <chrono>
-#include <cstdio>
-#include <optional>
 #include <cmath>
+#include <cstdio>
 #include <exception>
 #include <new>
 #include <numeric>
+#include <optional>
 
 #include "core/folds.hpp"
 #include "core/measure.hpp"
@@ -184,6 +184,10 @@ struct Context {
   std::vector<int> bias_params;
   std::vector<Structure> structures;
   std::vector<Vec> directions;  // per bias: the random perturbation direction (unit RMS)
+  // Per bias: the forward perturbed by that direction, and by +the null-space probe (when one
+  // was made). The sweep's size-1 points are these very runs.
+  std::vector<Eval> unit_runs;
+  std::vector<std::optional<Eval>> null_runs;
   json solve_ms = json::object();  // wall time of each bias's structural solve (timing only)
 
   void step(const std::string& label, double f) {
@@ -287,7 +291,9 @@ json analyse_biases(Context& c) {
     c.directions.push_back(u);
 
     const Mat value = p.value + Mat(u);
-    const Delta full = Evaluator::compare(c.ev->base(), c.ev->run(pi, &value));
+    c.unit_runs.push_back(c.ev->run(pi, &value));
+    c.null_runs.emplace_back();
+    const Delta full = Evaluator::compare(c.ev->base(), c.unit_runs.back());
     json row = {{"param", p.name}, {"size", n}, {"redundant_dim", k}};
     // Measured verdict: a random full-size perturbation below the floor changes nothing; else
     // the structural null space is probed on its own.
@@ -304,7 +310,8 @@ json analyse_biases(Context& c) {
       // Both signs: a direction a ReLU cancels one way (an inactive unit pushed further down)
       // may act the other way.
       const Mat vp = p.value + Mat(un), vm = p.value - Mat(un);
-      const Delta dp = Evaluator::compare(c.ev->base(), c.ev->run(pi, &vp));
+      c.null_runs.back() = c.ev->run(pi, &vp);
+      const Delta dp = Evaluator::compare(c.ev->base(), *c.null_runs.back());
       const Delta dm = Evaluator::compare(c.ev->base(), c.ev->run(pi, &vm));
       const Delta& dn = dp.above_floor() || !dm.above_floor() ? dp : dm;
       parts["redundant_part"] = delta_json(dn);
@@ -577,17 +584,18 @@ json analyse_sweep(Context& c) {
     const ModelParam& p = c.model.params[pi];
     c.step("sweep " + p.name, 0.85 + 0.15 * bi / c.bias_params.size());
     const Structure& st = c.structures[bi];
-    auto run = [&](const Vec& u) {
+    // `unit`: the run already made at size 1 in this direction (the same values bit for bit).
+    auto run = [&](const Vec& u, const Eval* unit) {
       json delta = json::array(), floor = json::array();
       for (double sz : s) {
         const Mat v = p.value + Mat(u * sz);
-        const Delta d = Evaluator::compare(c.ev->base(), c.ev->run(pi, &v));
+        const Delta d = Evaluator::compare(c.ev->base(), sz == 1.0 && unit ? *unit : c.ev->run(pi, &v));
         delta.push_back(d.finite ? num(d.max_abs) : json(nullptr));
         floor.push_back(num(d.floor));
       }
       return std::make_pair(delta, floor);
     };
-    auto [delta, floor] = run(c.directions[bi]);
+    auto [delta, floor] = run(c.directions[bi], &c.unit_runs[bi]);
     json row = {{"param", p.name}, {"delta", delta}, {"noise_floor", floor}};
     if (st.redundant_dim > 0 && st.redundant_dim < st.size) {
       Rng rng(c.cfg.seed, "null." + p.name);
@@ -595,7 +603,7 @@ json analyse_sweep(Context& c) {
       for (int i = 0; i < g.size(); ++i) g(i) = rng.normal();
       Vec un = st.null_basis * g;
       un *= std::sqrt(double(st.size)) / un.norm();
-      auto [dr, fr] = run(un);
+      auto [dr, fr] = run(un, c.null_runs[bi] ? &*c.null_runs[bi] : nullptr);
       row["delta_redundant"] = dr;
       row["noise_floor_redundant"] = fr;
     }

@@ -1,7 +1,7 @@
 #include "core/forward.hpp"
 
+#include <algorithm>
 #include <cmath>
-#include <limits>
 
 namespace biaslab {
 
@@ -100,18 +100,27 @@ S gelu(S x, GeluApprox approx) {
   return S(0.5) * x * (S(1) + std::erf(x * S(0.7071067811865476)));
 }
 
-// Row-wise softmax in place, max-subtracted; -inf entries (masked) give 0.
+// Row-wise softmax in place, max-subtracted. With `causal`, row i keeps only columns j <= i
+// (the others are masked and get exactly 0). The exponential is Eigen's vectorised one (within
+// a few ulp, as torch's own vectorised kernels), applied to an aligned buffer whose length is a
+// whole number of packets, so that every entry goes through the same code whatever the row's
+// position in memory; the sum is a plain loop for the same reason. A row's result then depends
+// on its values only (token permutations stay exact).
 template <class S, class Rows>
-void softmax_rows(Rows&& z) {
-  for (int i = 0; i < z.rows(); ++i) {
-    const S mx = z.row(i).maxCoeff();
+void softmax_rows(Rows&& z, bool causal = false) {
+  constexpr Eigen::Index kPacket = Eigen::internal::packet_traits<S>::size;
+  const Eigen::Index cols = z.cols();
+  Eigen::Array<S, Eigen::Dynamic, 1> buf((cols + kPacket - 1) / kPacket * kPacket);
+  for (Eigen::Index i = 0; i < z.rows(); ++i) {
+    const Eigen::Index len = causal ? std::min(i + 1, cols) : cols;
+    const S mx = z.row(i).head(len).maxCoeff();
+    buf.setZero();
+    for (Eigen::Index j = 0; j < len; ++j) buf(j) = z(i, j) - mx;
+    buf = buf.exp();
     S sum = 0;
-    for (int j = 0; j < z.cols(); ++j) {
-      const S e = std::exp(z(i, j) - mx);
-      z(i, j) = e;
-      sum += e;
-    }
-    z.row(i) /= sum;
+    for (Eigen::Index j = 0; j < len; ++j) sum += buf(j);
+    for (Eigen::Index j = 0; j < len; ++j) z(i, j) = buf(j) / sum;
+    for (Eigen::Index j = len; j < cols; ++j) z(i, j) = 0;
   }
 }
 
@@ -177,10 +186,7 @@ MatT<S> attention_core(const Model& m, const Op& op, const Weights<S>& w, const 
       auto qb = q.block(b * Tq, h * d, Tq, d);
       auto kb = k.block(b * Tk, h * d, Tk, d);
       scores.noalias() = (qb * kb.transpose()) * scale;
-      if (op.causal)
-        for (int i = 0; i < Tq; ++i)
-          for (int j = i + 1; j < Tk; ++j) scores(i, j) = -std::numeric_limits<S>::infinity();
-      softmax_rows<S>(scores);
+      softmax_rows<S>(scores, op.causal);  // causal: query i sees keys j <= i
       ctx.block(b * Tq, h * d, Tq, d).noalias() = scores * v.block(b * Tk, h * d, Tk, d);
       if (cache) cache->probs[b * H + h] = scores.template cast<double>();
     }

@@ -125,6 +125,69 @@ double activation_derivative(const Op& op, double x) {
   return 0.5 * (1 + std::erf(x * 0.7071067811865476)) + x * pdf;
 }
 
+// Attention core JVP when dQ, dK and dV each carry one vector per direction, the same for every
+// token (a bias direction, or its image through token-independent ops; no RoPE, which rotates
+// per position). Then, per direction, sample and head, with dq, dk, dv those vectors:
+//   dS(i, j) = (k_j . dq + q_i . dk) / sqrt(d)   (a row term and a column term: no T x T x d product)
+//   dC = dP V + P 1 dv^T
+// and the dP V products of all directions are one (n*T, T) x (T, d) product.
+// Same formulas as the general path, fewer operations; the exact zeros are the same.
+Mat attention_jvp_broadcast(const Op& op, const AttentionCache& c, const std::optional<Tangent>& tq,
+                            const std::optional<Tangent>& tk, const std::optional<Tangent>& tv, int n, int B, int T) {
+  const int F = op.in, H = op.heads, d = F / H;
+  const Eigen::Index N = Eigen::Index(B) * T;
+  const double scale = 1.0 / std::sqrt(static_cast<double>(d));
+  Mat out = Mat::Zero(Eigen::Index(n) * N, F);
+  auto nonzero = [&](const std::optional<Tangent>& t, int a, int h) {
+    return t && !(t->v.block(a, h * d, 1, d).array() == 0).all();
+  };
+  Mat U(n, T), W(n, T), dpall(Eigen::Index(n) * T, T), dc;
+  std::vector<int> slot(n);  // direction -> its rows in dpall (-1: dS is exactly zero)
+  std::vector<char> has_v(n);
+  for (int b = 0; b < B; ++b)
+    for (int h = 0; h < H; ++h) {
+      const Mat& P = c.probs[b * H + h];
+      const auto K = c.k.block(b * T, h * d, T, d), Q = c.q.block(b * T, h * d, T, d), V = c.v.block(b * T, h * d, T, d);
+      // Directions whose dS is not exactly zero in this head share one product (a bias
+      // direction of q or k typically reaches a single head).
+      int used = 0;
+      for (int a = 0; a < n; ++a) {
+        slot[a] = nonzero(tq, a, h) || nonzero(tk, a, h) ? used++ : -1;
+        has_v[a] = nonzero(tv, a, h);
+      }
+      if (used > 0) {
+        if (tq) U.noalias() = tq->v.middleCols(h * d, d) * K.transpose();  // U(a, j) = k_j . dq_a
+        else U.setZero();
+        if (tk) W.noalias() = tk->v.middleCols(h * d, d) * Q.transpose();  // W(a, i) = q_i . dk_a
+        else W.setZero();
+        for (int a = 0; a < n; ++a) {
+          if (slot[a] < 0) continue;
+          double* dp = dpall.data() + Eigen::Index(slot[a]) * T * T;  // row-major (T, T) block
+          for (int i = 0; i < T; ++i) {
+            const double* p = P.data() + Eigen::Index(i) * T;
+            double* o = dp + Eigen::Index(i) * T;
+            const double wi = W(a, i);
+            double row = 0;
+            for (int j = 0; j < T; ++j) {
+              o[j] = p[j] * ((U(a, j) + wi) * scale);
+              row += o[j];
+            }
+            for (int j = 0; j < T; ++j) o[j] -= p[j] * row;
+          }
+        }
+        dc.noalias() = dpall.topRows(Eigen::Index(used) * T) * V;
+      }
+      const Vec psum = P.rowwise().sum();
+      for (int a = 0; a < n; ++a) {
+        if (slot[a] < 0 && !has_v[a]) continue;
+        auto ob = out.block(Eigen::Index(a) * N + Eigen::Index(b) * T, h * d, T, d);
+        if (slot[a] >= 0) ob = dc.middleRows(Eigen::Index(slot[a]) * T, T);
+        if (has_v[a]) ob.noalias() += psum * tv->v.block(a, h * d, 1, d);
+      }
+    }
+  return out;
+}
+
 // Attention core JVP. dx: tangent of the input (or none); seeds on q/k/v biases enter after the
 // projections (before RoPE, as the biases do). Per direction, sample and head:
 //   dS = (dQ K^T + Q dK^T) / sqrt(d);  dP = P .* (dS - rowsum(P .* dS));  dC = dP V + P dV.
@@ -134,7 +197,7 @@ Mat attention_jvp(const Model& m, const Op& op, const Mat& x, const AttentionCac
   const int N = static_cast<int>(x.rows()), F = op.in, H = op.heads, d = F / H;
   const int B = m.batch, T = N / B;
   // Projections of the input tangent plus any seed; nullopt when exactly zero (not allocated).
-  auto project = [&](int w, int b) -> std::optional<Mat> {
+  auto project = [&](int w, int b) -> std::optional<Tangent> {
     const bool seeded = b >= 0 && b == seed.param;
     if (!dx && !seeded) return std::nullopt;
     // A broadcast input projects as one row per direction (N times less work).
@@ -144,9 +207,16 @@ Mat attention_jvp(const Model& m, const Op& op, const Mat& x, const AttentionCac
       const Tangent s{seed.values, seed.broadcast};
       out = dx ? add(out, s, N) : s;
     }
-    return out.dense(N);
+    return out;
   };
-  std::optional<Mat> dq = project(op.wq, op.bq), dk = project(op.wk, op.bk), dv = project(op.wv, op.bv);
+  std::optional<Tangent> tq = project(op.wq, op.bq), tk = project(op.wk, op.bk), tv = project(op.wv, op.bv);
+  const bool all_broadcast = !op.rope && (!tq || tq->broadcast) && (!tk || tk->broadcast) && (!tv || tv->broadcast);
+  if (all_broadcast) return attention_jvp_broadcast(op, c, tq, tk, tv, n, B, T);
+  auto dense = [&](std::optional<Tangent>& t) -> std::optional<Mat> {
+    if (!t) return std::nullopt;
+    return t->broadcast ? expand(t->v, N) : std::move(t->v);
+  };
+  std::optional<Mat> dq = dense(tq), dk = dense(tk), dv = dense(tv);
   if (op.rope) {
     if (dq) rope_rotate(*dq, n * B, T, H);
     if (dk) rope_rotate(*dk, n * B, T, H);
@@ -256,7 +326,7 @@ Mat jvp(const Model& m, const Trace& trace, const Seed& seed, int n, int stop, b
           d = Tangent{attention_jvp(m, op, x, trace.attention[i], d ? &*d : nullptr, seed, n), false};
         break;
       case OpKind::linear:  // token-independent: keeps broadcast form
-        if (d) d->v = d->v * m.params[op.w].value.transpose();
+        if (d) d->v = Mat(d->v * m.params[op.w].value.transpose());  // moved in, not copied
         add_seed(op.b);
         break;
       case OpKind::norm:
@@ -274,7 +344,8 @@ Mat jvp(const Model& m, const Trace& trace, const Seed& seed, int n, int stop, b
   const int width = stop < static_cast<int>(m.ops.size()) ? m.ops[stop].in : m.out_features;
   if (broadcast) *broadcast = d && d->broadcast;
   if (broadcast && *broadcast) return d->v;
-  return d ? d->dense(N) : Mat::Zero(Eigen::Index(n) * N, width);
+  if (!d) return Mat::Zero(Eigen::Index(n) * N, width);
+  return d->broadcast ? expand(d->v, N) : std::move(d->v);
 }
 
 int trailing_cut(const Model& m, int start) {

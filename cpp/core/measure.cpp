@@ -8,21 +8,30 @@ namespace biaslab {
 Eval combine_eval(DType dtype, const MatT<float>& y32, const Mat& y64) {
   Eval e;
   e.dtype = dtype;
-  const Mat y32d = y32.cast<double>();
-  e.finite = y32d.allFinite() && y64.allFinite();
-  const double diff = e.finite ? (y32d - y64).cwiseAbs().maxCoeff() : 0.0;
+  // One pass: finiteness, max |y32 - y64| and max |y64|.
+  const float* a = y32.data();
+  const double* b = y64.data();
+  double diff = 0, ymax = 0;
+  bool finite = true;
+  for (Eigen::Index i = 0, n = y64.size(); i < n; ++i) {
+    const double x = a[i], y = b[i];
+    finite = finite && std::isfinite(x) && std::isfinite(y);
+    diff = std::max(diff, std::abs(x - y));
+    ymax = std::max(ymax, std::abs(y));
+  }
+  e.finite = finite;
+  if (!finite) diff = ymax = 0;
   // Never below one unit roundoff of the largest output: the last rounding of the result
   // alone can move it that far, which a lucky float32/float64 pair may not show.
   const double u = dtype == DType::float32 ? 0x1.0p-24 : 0x1.0p-53;
-  const double ymax = e.finite ? y64.cwiseAbs().maxCoeff() : 0.0;
   if (dtype == DType::float32) {
-    e.y = y32d;
+    e.y = y32.cast<double>();
     e.y_other = y64;
     e.rounding = std::max(diff, u * ymax);
     e.rounding_other = std::max(diff * kRoundoffRatio, 0x1.0p-53 * ymax);
   } else {
     e.y = y64;
-    e.y_other = y32d;
+    e.y_other = y32.cast<double>();
     e.rounding = std::max(diff * kRoundoffRatio, u * ymax);
     e.rounding_other = std::max(diff, 0x1.0p-24 * ymax);
   }
@@ -75,16 +84,27 @@ Delta Evaluator::compare(const Eval& a, const Eval& b) {
   d.finite = a.finite && b.finite && a.y.rows() == b.y.rows() && a.y.cols() == b.y.cols();
   d.floor = kFloorFactor * (a.rounding + b.rounding);
   if (!d.finite) return d;
-  const Mat diff = b.y - a.y;
-  d.max_abs = diff.cwiseAbs().maxCoeff();
+  // One pass over the outputs: max, mean and 2-norm of the difference, and the norm of a.
+  double max_abs = 0, sum_abs = 0, sum_sq = 0, ny_sq = 0;
+  const double* pa = a.y.data();
+  const double* pb = b.y.data();
+  const Eigen::Index n = a.y.size();
+  for (Eigen::Index i = 0; i < n; ++i) {
+    const double t = pb[i] - pa[i], at = std::abs(t);
+    max_abs = std::max(max_abs, at);
+    sum_abs += at;
+    sum_sq += t * t;
+    ny_sq += pa[i] * pa[i];
+  }
+  d.max_abs = max_abs;
   if (a.dtype == DType::float64 && b.dtype == DType::float64 && a.y_other.size() == b.y_other.size()) {
     const double d32 = (b.y_other - a.y_other).cwiseAbs().maxCoeff();
     if (d32 <= kFloorFactor * (a.rounding_other + b.rounding_other))  // float32 saw only noise
       d.floor = std::max(d.floor, kFloorFactor * kRoundoffRatio * d32);
   }
-  d.mean_abs = diff.cwiseAbs().mean();
-  const double ny = a.y.norm();
-  d.rel = ny > 0 ? diff.norm() / ny : diff.norm();
+  d.mean_abs = n > 0 ? sum_abs / double(n) : 0.0;
+  const double ny = std::sqrt(ny_sq), nd = std::sqrt(sum_sq);
+  d.rel = ny > 0 ? nd / ny : nd;
   return d;
 }
 

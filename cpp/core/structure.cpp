@@ -5,6 +5,7 @@
 #include <map>
 #include <numeric>
 
+#include <Eigen/Eigenvalues>
 #include <Eigen/SVD>
 
 #include "core/rng.hpp"
@@ -48,12 +49,39 @@ struct SparseCol {
 struct Cluster {
   std::vector<int> cols;  // bias coordinates, ascending
   ColMat R;               // (<= cols.size(), cols.size()): R^T R = stacked J^T J on these columns
+  Vec sv;                 // singular values of the stacked Jacobian on these columns
+  bool full = false;      // certified of full column rank from the Gram matrix (R not formed)
 };
 
 Vec singular_values(const ColMat& R) {
   if (R.rows() == 0 || R.cols() == 0) return Vec();
+  if (R.cols() == 1) return Vec::Constant(1, R.col(0).norm());
   Eigen::BDCSVD<ColMat> svd(R);
   return svd.singularValues();
+}
+
+// Singular values of M (m x c) from its Gram matrix when that certifies full column rank with
+// every singular value far above `tau`; empty otherwise (the caller then factors M).
+// Forming G = M^T M in floating point errs by at most about m u |M|_F^2 (u = 2^-53) and a
+// symmetric eigensolver adds about c u |G|; with err twice their sum, each eigenvalue of G is
+// within err of sigma^2. Accepted only when the smallest is above 1e6 err (sigma then has about
+// 6 correct digits) and sigma_min - its uncertainty stays above 2 tau. Cheaper than a QR when
+// the answer is "full rank", which is the common case for effective biases.
+Vec gram_singular_values(const ColMat& M, double tau) {
+  const Eigen::Index m = M.rows(), c = M.cols();
+  if (m < c || c == 0) return Vec();
+  ColMat G = ColMat::Zero(c, c);
+  G.selfadjointView<Eigen::Lower>().rankUpdate(M.transpose());
+  const double fro2 = M.squaredNorm();
+  const double err = 2.0 * double(m + c + 8) * 0x1.0p-53 * fro2;
+  Eigen::SelfAdjointEigenSolver<ColMat> es(G, Eigen::EigenvaluesOnly);
+  if (es.info() != Eigen::Success) return Vec();
+  const Vec& lam = es.eigenvalues();  // ascending
+  const double lmin = lam(0);
+  if (!(lmin > 1e6 * err) || !(std::sqrt(lmin - err) > 2.0 * tau)) return Vec();
+  Vec sv(c);
+  for (Eigen::Index i = 0; i < c; ++i) sv(i) = std::sqrt(lam(c - 1 - i));  // descending, as an SVD
+  return sv;
 }
 
 }  // namespace
@@ -180,22 +208,39 @@ Structure StructureSolver::solve(int param, const std::function<bool()>& cancell
       }
       Cluster cl;
       cl.cols = gcols;
-      if (M.rows() == 0) {
-        cl.R = ColMat(0, ncol);
-      } else {
-        Eigen::HouseholderQR<ColMat> qr(M);
-        const Eigen::Index kr = std::min(M.rows(), ncol);
-        cl.R = qr.matrixQR().topRows(kr).triangularView<Eigen::Upper>();
-      }
+      cl.R = std::move(M);  // factored below, unless every cluster is certified of full rank
       next[root] = std::move(cl);
     }
     clusters = std::move(next);
 
     tau = opt_.tol_rel * std::sqrt(ref_sq);
+    // Full rank everywhere is settled by the Gram matrices alone (and the loop ends); at the
+    // first cluster that is not certified, every cluster is factored instead.
+    bool all_full = true;
+    for (auto& [root, cl] : clusters) {
+      cl.sv = gram_singular_values(cl.R, tau);
+      cl.full = cl.sv.size() > 0;
+      if (!cl.full) {
+        all_full = false;
+        break;
+      }
+    }
     int rank = 0;
-    for (const auto& [root, cl] : clusters) {
-      const Vec sv = singular_values(cl.R);
-      for (Eigen::Index i = 0; i < sv.size(); ++i) rank += sv(i) > tau;
+    for (auto& [root, cl] : clusters) {
+      if (!all_full) {
+        const ColMat& M = cl.R;
+        const Eigen::Index ncol = M.cols();
+        if (M.rows() == 0) {
+          cl.R = ColMat(0, ncol);
+        } else {
+          Eigen::HouseholderQR<ColMat> qr(M);
+          const Eigen::Index kr = std::min(M.rows(), ncol);
+          cl.R = ColMat(qr.matrixQR().topRows(kr).triangularView<Eigen::Upper>());
+        }
+        cl.full = false;
+        cl.sv = singular_values(cl.R);
+      }
+      for (Eigen::Index i = 0; i < cl.sv.size(); ++i) rank += cl.sv(i) > tau;
     }
     out.rank_history.push_back(rank);
     out.samples = k + 1;
@@ -217,7 +262,7 @@ Structure StructureSolver::solve(int param, const std::function<bool()>& cancell
   double null_max = 0, kept_min = 0;
   for (const auto& [root, cl] : clusters) {
     const int c = static_cast<int>(cl.cols.size());
-    const Vec sv = singular_values(cl.R);
+    const Vec& sv = cl.sv;
     int kept = 0;
     for (Eigen::Index i = 0; i < sv.size(); ++i) {
       if (sv(i) > tau) {
