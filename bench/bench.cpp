@@ -36,7 +36,7 @@ int main(int argc, char** argv) {
       return 1;
     }
     std::vector<double> ms;
-    nlohmann::json last;
+    biaslab::Json last;
     for (int r = 0; r < repeat; ++r) {
       const auto t0 = std::chrono::steady_clock::now();
       last = biaslab::analyze(*cfg);

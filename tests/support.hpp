@@ -11,16 +11,16 @@
 #include <string>
 
 #include <doctest/doctest.h>
-#include <nlohmann/json.hpp>
 
 #include "core/analyze.hpp"
 #include "core/config.hpp"
 #include "core/forward.hpp"
+#include "core/json.hpp"
 #include "core/model.hpp"
 
 namespace biaslab::test {
 
-using nlohmann::json;
+using json = biaslab::Json;
 
 // Parses a config written as JSON text; a parse error fails the test with its path and message.
 inline ExperimentConfig config_from(const std::string& text) {

@@ -12,7 +12,7 @@
 #include "core/config.hpp"
 
 using namespace biaslab;
-using nlohmann::json;
+using json = biaslab::Json;
 
 namespace {
 
@@ -393,7 +393,7 @@ TEST_CASE("config: non-finite numbers in a JSON value are rejected") {
 }
 
 TEST_CASE("config: the first error in document order is reported") {
-  // Text is read in document order, whatever the key order of nlohmann::json.
+  // Text is read in document order.
   auto r = parse_config_text(R"({"layers": [{"type": "relu", "eps": 1}], "colour": 1})");
   CHECK(r.error().path == "layers[0].eps");
   r = parse_config_text(R"({"colour": 1, "layers": [{"type": "relu", "eps": 1}]})");

@@ -40,7 +40,7 @@ TEST_CASE("export: the bundle's weights read back as the config's own tensors, a
     CAPTURE(name);
     const Preset* p = find_preset(name);
     REQUIRE(p != nullptr);
-    const nlohmann::json b = export_torch_bundle(p->config, p->title);
+    const Json b = export_torch_bundle(p->config, p->title);
     REQUIRE(b.at("ok") == true);
     const std::string script = b.at("script");
     CHECK(script.find("import torch") != std::string::npos);
@@ -65,7 +65,7 @@ TEST_CASE("export: the bundle's weights read back as the config's own tensors, a
 }
 
 TEST_CASE("export: a bad config gives its path and no script") {
-  const nlohmann::json b = export_torch_bundle(R"({"version": 1, "layers": [{"type": "attention", "num_heads": 5}]})");
+  const Json b = export_torch_bundle(R"({"version": 1, "layers": [{"type": "attention", "num_heads": 5}]})");
   CHECK(b.at("ok") == false);
   CHECK(b.at("error").at("path") == "layers[0].num_heads");
   CHECK_FALSE(b.contains("script"));

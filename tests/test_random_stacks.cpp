@@ -11,7 +11,7 @@
 #include "support.hpp"
 
 using namespace biaslab;
-using nlohmann::json;
+using json = biaslab::Json;
 
 namespace {
 

@@ -114,7 +114,7 @@ int cmd_analyze(const std::vector<std::string>& args) {
   }
   Progress progress;
   opt.progress = [&](const std::string& s, double f) { progress(s, f); };
-  const nlohmann::json report = biaslab::analyze_text(text, opt);
+  const biaslab::Json report = biaslab::analyze_text(text, opt);
   progress.finish();
   const bool ok = report.value("ok", false);
   if (format == "json") {

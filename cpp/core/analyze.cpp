@@ -9,6 +9,7 @@
 #include <numeric>
 #include <optional>
 
+#include "core/cold.hpp"
 #include "core/folds.hpp"
 #include "core/measure.hpp"
 #include "core/rng.hpp"
@@ -16,7 +17,7 @@
 
 namespace biaslab {
 
-using nlohmann::json;
+using json = Json;
 
 const char* biaslab_version() { return BIASLAB_VERSION; }
 
@@ -63,7 +64,7 @@ std::string describe_directions(const Model& m, const ModelParam& p, const Struc
 
 // ---------------------------------------------------------------------------------------------
 // Why a bias is (or is not) redundant: from where it enters and what its tangent meets next.
-std::string explain(const Model& m, const ModelParam& p, int k, int n, const std::string& directions) {
+BIASLAB_COLD std::string explain(const Model& m, const ModelParam& p, int k, int n, const std::string& directions) {
   const std::string local = ends_with_local(p.name);
   const Op& op = m.ops[p.op];
   if (op.kind == OpKind::attention) {
@@ -127,7 +128,7 @@ std::string explain(const Model& m, const ModelParam& p, int k, int n, const std
 }
 
 // Names the redundant subspace where it is recognisable.
-std::string describe_directions(const Model& m, const ModelParam& p, const Structure& st) {
+BIASLAB_COLD std::string describe_directions(const Model& m, const ModelParam& p, const Structure& st) {
   const int n = st.size, k = st.redundant_dim;
   if (k == 0) return "none";
   if (k == n) return "all";
@@ -164,7 +165,7 @@ const char* verdict_for(int k, int n) {
   return k == n ? "redundant" : k == 0 ? "effective" : "partly_redundant";
 }
 
-json delta_json(const Delta& d) {
+BIASLAB_COLD json delta_json(const Delta& d) {
   return {{"max_abs_delta", d.finite ? num(d.max_abs) : json(nullptr)},
           {"mean_abs_delta", d.finite ? num(d.mean_abs) : json(nullptr)},
           {"rel_delta", d.finite ? num(d.rel) : json(nullptr)},
@@ -242,7 +243,7 @@ double structural_flops(const Model& m, const ModelParam& p) {
   return 3.0 * double(p.value.size()) * per_direction;
 }
 
-std::optional<Error> check_work(const Model& m) {
+BIASLAB_COLD std::optional<Error> check_work(const Model& m) {
   const double N = double(m.batch) * m.tokens;
   for (const ModelParam& p : m.params) {
     if (!is_bias_like(p.role)) continue;
@@ -274,7 +275,7 @@ std::optional<Error> check_work(const Model& m) {
   return std::nullopt;
 }
 
-json analyse_biases(Context& c) {
+BIASLAB_COLD json analyse_biases(Context& c) {
   json rows = json::array();
   const int nb = static_cast<int>(c.bias_params.size());
   for (int bi = 0; bi < nb; ++bi) {
@@ -363,7 +364,7 @@ json analyse_biases(Context& c) {
   return rows;
 }
 
-json fold_row(const FoldCandidate& cand, const FoldApplied& a, const Delta& d, long params_before,
+BIASLAB_COLD json fold_row(const FoldCandidate& cand, const FoldApplied& a, const Delta& d, long params_before,
               long params_after) {
   json moves = json::array();
   for (const auto& mv : a.moves) moves.push_back({{"from", mv.from}, {"to", mv.to.empty() ? json(nullptr) : json(mv.to)}});
@@ -379,7 +380,7 @@ json fold_row(const FoldCandidate& cand, const FoldApplied& a, const Delta& d, l
   return row;
 }
 
-json analyse_folds(Context& c, json& biases) {
+BIASLAB_COLD json analyse_folds(Context& c, json& biases) {
   json rows = json::array();
   const long before = count_parameters(c.net);
   const auto cands = find_folds(c.net);
@@ -406,7 +407,7 @@ json analyse_folds(Context& c, json& biases) {
   return rows;
 }
 
-json minimal_model(Context& c) {
+BIASLAB_COLD json minimal_model(Context& c) {
   c.step("minimal model", 0.77);
   Network net = c.net;
   json applied = json::array();
@@ -443,7 +444,7 @@ struct Probe {
   Delta delta;
 };
 
-json probe_json(const Probe& p) {
+BIASLAB_COLD json probe_json(const Probe& p) {
   const bool holds = p.delta.finite && !p.delta.above_floor();
   // "invariant"/"equivariant" are laws and must hold; "changes" means no law applies, and the
   // probe shows the change (a degenerate input, e.g. all zeros, may still leave it unchanged).
@@ -464,7 +465,7 @@ MatT<S> permute_tokens(const MatT<S>& x, const std::vector<int>& perm, int batch
   return y;
 }
 
-json analyse_invariances(Context& c) {
+BIASLAB_COLD json analyse_invariances(Context& c) {
   c.step("invariances", 0.8);
   const Model& m = c.model;
   const int B = m.batch, T = m.tokens;
@@ -571,7 +572,7 @@ json analyse_invariances(Context& c) {
 }
 
 // ---------------------------------------------------------------------------------------------
-json analyse_sweep(Context& c) {
+BIASLAB_COLD json analyse_sweep(Context& c) {
   json sizes = json::array();
   std::vector<double> s;
   for (int e = -8; e <= 2; ++e) {
@@ -614,7 +615,7 @@ json analyse_sweep(Context& c) {
 
 }  // namespace
 
-json analyze(const ExperimentConfig& cfg, const AnalyzeOptions& opt) {
+BIASLAB_COLD json analyze(const ExperimentConfig& cfg, const AnalyzeOptions& opt) {
   using clock = std::chrono::steady_clock;
   const auto t0 = clock::now();
   auto ms = [&]() { return std::chrono::duration<double, std::milli>(clock::now() - t0).count(); };
@@ -702,7 +703,7 @@ json analyze(const ExperimentConfig& cfg, const AnalyzeOptions& opt) {
   }
 }
 
-json analyze_text(const std::string& text, const AnalyzeOptions& opt) {
+BIASLAB_COLD json analyze_text(const std::string& text, const AnalyzeOptions& opt) {
   try {
     const Result<ExperimentConfig> cfg = parse_config_text(text);
     if (!cfg) return {{"ok", false}, {"error", {{"path", cfg.error().path}, {"message", cfg.error().message}}}};

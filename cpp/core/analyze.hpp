@@ -4,7 +4,7 @@
 #include <functional>
 #include <string>
 
-#include <nlohmann/json.hpp>
+#include "core/json.hpp"
 
 #include "core/config.hpp"
 
@@ -22,11 +22,11 @@ struct AnalyzeOptions {
 
 // The report for a validated config: {"ok": true, "format": 1, "biases": [...], "folds": [...],
 // "minimal_model": {...}, "invariances": [...], "sweep": {...}, ...}.
-nlohmann::json analyze(const ExperimentConfig& config, const AnalyzeOptions& options = {});
+Json analyze(const ExperimentConfig& config, const AnalyzeOptions& options = {});
 
 // Parses, validates and analyses. Bad input gives {"ok": false, "error": {"path", "message"}};
 // so does any internal failure (never an exception or abort).
-nlohmann::json analyze_text(const std::string& config_text, const AnalyzeOptions& options = {});
+Json analyze_text(const std::string& config_text, const AnalyzeOptions& options = {});
 
 const char* biaslab_version();
 

@@ -18,8 +18,7 @@
 namespace biaslab {
 namespace {
 
-using json = nlohmann::json;
-using ojson = nlohmann::ordered_json;
+using json = Json;
 
 // ---------------------------------------------------------------------------------------------
 // The schema tables
@@ -766,13 +765,13 @@ LayerConfig make_layer(LayerType t) {
   return l;
 }
 
-Result<ExperimentConfig> parse_config(const nlohmann::json& j) { return parse_document(j); }
+Result<ExperimentConfig> parse_config(const Json& j) { return parse_document(j); }
 
 Result<ExperimentConfig> parse_config_text(const std::string& text) {
-  ojson j;
+  json j;
   try {
-    j = ojson::parse(text);
-  } catch (const nlohmann::json::parse_error& e) {
+    j = json::parse(text);
+  } catch (const Json::parse_error& e) {
     // Position from the byte offset; the detail is what follows "parse error at ...: ".
     std::size_t line = 1, column = 0;
     const std::size_t end = e.byte == 0 ? 0 : std::min(e.byte - 1, text.size());
@@ -802,7 +801,7 @@ Result<ExperimentConfig> parse_config_text(const std::string& text) {
   return parse_document(j);
 }
 
-nlohmann::json layer_to_json(const LayerConfig& l) {
+Json layer_to_json(const LayerConfig& l) {
   json j = json::object();
   j["type"] = layer_type_name(l.type);
   for (const auto& o : kLayerOptions) {
@@ -817,7 +816,7 @@ nlohmann::json layer_to_json(const LayerConfig& l) {
   return j;
 }
 
-nlohmann::json config_to_json(const ExperimentConfig& c) {
+Json config_to_json(const ExperimentConfig& c) {
   json j = json::object();
   for (const auto& f : kTopFields) {
     const std::string name = f.spec.name;
@@ -828,7 +827,7 @@ nlohmann::json config_to_json(const ExperimentConfig& c) {
   return j;
 }
 
-nlohmann::json config_schema() {
+Json config_schema() {
   json s = json::object();
   s["version"] = 1;
   json fields = json::array();

@@ -9,7 +9,7 @@
 #include <string>
 #include <vector>
 
-#include <nlohmann/json.hpp>
+#include "core/json.hpp"
 
 #include "core/status.hpp"
 
@@ -73,17 +73,17 @@ struct Limits {
 };
 
 // Parses and validates. Errors name the JSON path, e.g. `layers[2].num_heads`.
-Result<ExperimentConfig> parse_config(const nlohmann::json& j);
+Result<ExperimentConfig> parse_config(const Json& j);
 Result<ExperimentConfig> parse_config_text(const std::string& text);
 
 // Prints only values that differ from the schema defaults (so URLs stay short); `version`,
 // `shape` and `layers` are always present. parse_config(config_to_json(c)) == c.
-nlohmann::json config_to_json(const ExperimentConfig& c);
-nlohmann::json layer_to_json(const LayerConfig& l);
+Json config_to_json(const ExperimentConfig& c);
+Json layer_to_json(const LayerConfig& l);
 
 // The schema as JSON: per layer type its options (name, type, default, range/enum, help), the
 // top-level fields and the limits. One source with the parser.
-nlohmann::json config_schema();
+Json config_schema();
 
 LayerConfig make_layer(LayerType t);
 const char* layer_type_name(LayerType t);

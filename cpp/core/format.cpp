@@ -8,7 +8,7 @@
 
 namespace biaslab {
 
-using nlohmann::json;
+using json = Json;
 
 std::string format_number(double v) {
   if (!std::isfinite(v)) return "n/a";

@@ -3,7 +3,7 @@
 
 #include <string>
 
-#include <nlohmann/json.hpp>
+#include "core/json.hpp"
 
 namespace biaslab {
 
@@ -11,7 +11,7 @@ enum class TextFormat { table, markdown };
 
 // Renders every section present in the report (biases, folds, minimal model, invariances).
 // An error report ({ok:false}) renders as one line naming the path.
-std::string format_report(const nlohmann::json& report, TextFormat format);
+std::string format_report(const Json& report, TextFormat format);
 
 // A number the way the tables print it: 3 significant digits, scientific when small or large.
 std::string format_number(double v);

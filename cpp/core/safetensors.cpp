@@ -9,13 +9,13 @@
 #include <optional>
 #include <set>
 
-#include <nlohmann/json.hpp>
+#include "core/json.hpp"
 
 namespace biaslab {
 
 namespace {
 
-using ojson = nlohmann::ordered_json;
+using ojson = Json;
 
 // The spec's own bound on the header (the Rust reader rejects larger ones): a header that
 // claims more is a corrupt length, not a real file.

@@ -761,11 +761,11 @@ std::string py_float(double v) {
 const char* py_bool(bool b) { return b ? "True" : "False"; }
 
 // Compact JSON with spaces after separators and "type" first, as people write configs.
-std::string config_text(const nlohmann::json& j) {
+std::string config_text(const Json& j) {
   if (j.is_object()) {
     std::string s = "{";
-    auto add = [&](const std::string& k, const nlohmann::json& v) {
-      s += (s.size() > 1 ? ", " : "") + nlohmann::json(k).dump() + ": " + config_text(v);
+    auto add = [&](const std::string& k, const Json& v) {
+      s += (s.size() > 1 ? ", " : "") + Json(k).dump() + ": " + config_text(v);
     };
     if (j.contains("type")) add("type", j["type"]);
     for (const auto& item : j.items())
@@ -782,10 +782,10 @@ std::string config_text(const nlohmann::json& j) {
 
 // The config with one top-level layer per line.
 std::string config_lines(const ExperimentConfig& config) {
-  const nlohmann::json j = config_to_json(config);
+  const Json j = config_to_json(config);
   std::string s = "{";
   for (const auto& item : j.items())
-    if (item.key() != "layers") s += (s.size() > 1 ? ", " : "") + nlohmann::json(item.key()).dump() + ": " + config_text(item.value());
+    if (item.key() != "layers") s += (s.size() > 1 ? ", " : "") + Json(item.key()).dump() + ": " + config_text(item.value());
   s += ",\n \"layers\": [";
   const auto& layers = j["layers"];
   for (size_t i = 0; i < layers.size(); ++i) s += std::string(i ? "," : "") + "\n   " + config_text(layers[i]);
@@ -907,7 +907,7 @@ then checks every exact fold that applies against the same floor.
 """)" "\n";
   out += kImports;
   out += "\n# The experiment (biaslab config format 1).\nCONFIG = json.loads(r\"\"\"\n" + config_lines(config) + "\n\"\"\")\n";
-  out += "TITLE = " + nlohmann::json(title).dump() + "\n";
+  out += "TITLE = " + Json(title).dump() + "\n";
   out += "SEED = " + std::to_string(config.seed) + "\n";
   out += std::string("DTYPE = torch.") + dtype_name(config.dtype) + "\n";
   out += "BATCH, TOKENS, FEATURES = " + std::to_string(s.batch) + ", " + std::to_string(s.tokens) + ", " +
@@ -953,7 +953,7 @@ then checks every exact fold that applies against the same floor.
     FoldApplied applied;
     apply_fold(net, f, applied);  // for the layer names only
     std::string where;
-    for (const auto& l : applied.layers) where += (where.empty() ? "" : ", ") + nlohmann::json(l).dump();
+    for (const auto& l : applied.layers) where += (where.empty() ? "" : ", ") + Json(l).dump();
     std::string fn = f.rule->id;
     if (fn == "fold_layernorm_affine" || fn == "fold_rmsnorm_gain") fn = "fold_norm_affine";
     std::string args = seq_expr(f.site) + ", " + std::to_string(f.site.index);
@@ -1018,8 +1018,8 @@ std::string base64(const std::string& bytes) {
 
 }  // namespace
 
-nlohmann::json export_torch_bundle(const std::string& config_text, const std::string& title) {
-  using nlohmann::json;
+Json export_torch_bundle(const std::string& config_text, const std::string& title) {
+  using json = Json;
   auto error = [](const std::string& path, const std::string& message) {
     return json{{"ok", false}, {"error", {{"path", path}, {"message", message}}}};
   };

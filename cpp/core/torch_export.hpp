@@ -15,7 +15,7 @@
 #include "core/config.hpp"
 #include "core/model.hpp"
 
-#include <nlohmann/json.hpp>
+#include "core/json.hpp"
 
 namespace biaslab {
 
@@ -35,6 +35,6 @@ Mat reference_output(const Network& net, const Mat& input);
 // download button): {"ok": true, "script": text, "weights_base64": the safetensors file with the
 // seed's parameters, input and the engine's output, base64}, or {"ok": false, "error": {path,
 // message}} for a bad config. Never throws.
-nlohmann::json export_torch_bundle(const std::string& config_text, const std::string& title = "");
+Json export_torch_bundle(const std::string& config_text, const std::string& title = "");
 
 }  // namespace biaslab
