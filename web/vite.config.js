@@ -17,7 +17,7 @@ export default defineConfig({
   resolve: { alias: { '@wasm': wasm_dir } },
   plugins: [
     katex_prerender({ wasm_dir }), // formulas typeset here: no KaTeX JS in the page
-    minify_loader({ names: ['biaslab.js'] }),
+    minify_loader({ names: ['biaslab.js', 'biaslab-export.js'] }),
     preload_engine({ name: 'biaslab.wasm' }),
   ],
   server: { fs: { allow: [here, wasm_dir] } },

@@ -35,11 +35,16 @@ async function compile_wasm(url) {
 
 export class EngineClient {
   /**
-   * @param {{glue_url: string, wasm_url: string, make_worker: () => Worker}} options
+   * @param {{glue_url: string, wasm_url: string, export_glue_url?: string, export_wasm_url?: string,
+   *          make_worker: () => Worker}} options
+   *   export_*: the PyTorch export's module, fetched and compiled on the first export only
    */
-  constructor({ glue_url, wasm_url, make_worker }) {
+  constructor({ glue_url, wasm_url, export_glue_url, export_wasm_url, make_worker }) {
     this.glue_url = glue_url;
     this.wasm_url = wasm_url;
+    this.export_glue_url = export_glue_url;
+    this.export_wasm_url = export_wasm_url;
+    this.export_module = null; // Promise<WebAssembly.Module>, once an export was asked for
     this.make_worker = make_worker;
     this.worker = null;
     this.module = null;
@@ -175,11 +180,24 @@ export class EngineClient {
    * @param {string} [title]
    */
   export_torch(config_text, title = '') {
-    if (!this.worker) this.#spawn().catch(() => {});
     const id = this.next_id++;
+    if (!this.export_module) {
+      this.export_module = compile_wasm(this.export_wasm_url);
+      this.export_module.catch(() => (this.export_module = null)); // a failed fetch may be retried
+    }
     return new Promise((resolve, reject) => {
       this.exports.set(id, { resolve, reject });
-      this.worker.postMessage({ type: 'export', id, config: config_text, title });
+      this.export_module.then(
+        (wasm_module) => {
+          if (!this.exports.has(id)) return; // dropped meanwhile (the worker was replaced)
+          if (!this.worker) this.#spawn().catch(() => {});
+          this.worker.postMessage({ type: 'export', id, config: config_text, title, glue_url: this.export_glue_url, wasm_module });
+        },
+        (err) => {
+          this.exports.delete(id);
+          reject(new Error(`could not load the PyTorch export: ${err.message ?? err}`));
+        },
+      );
     });
   }
 

@@ -5,12 +5,16 @@
 // Messages in:  {type:'load', glue_url}  (optional, first: load the engine's script while the
 //                page still compiles the module)
 //               {type:'init', glue_url, wasm_module}   {type:'analyze', id, config}
+//               {type:'export', id, config, title, glue_url, wasm_module}  (the PyTorch export's
+//                module: a second, smaller engine that the page fetches on the first export)
 // Messages out: {type:'ready', version, schema, presets}  (schema, presets: JSON text)
 //               {type:'progress', id, step, fraction}
 //               {type:'result', id, report, ms}         (report: JSON text)
+//               {type:'exported', id, bundle}           (bundle: JSON text)
 //               {type:'fatal', id?, message}            (the module is unusable; replace the worker)
 
 let engine = null;
+let exporter = null; // the export module, started on the first export message
 let script = null; // {error} once importScripts has run
 
 self.onmessage = (event) => {
@@ -32,29 +36,45 @@ function load_script(glue_url) {
   return script;
 }
 
+// An Emscripten factory instantiated from an already compiled module; rejects if that fails.
+function instantiate(factory, wasm_module) {
+  return new Promise((resolve, reject) => {
+    factory({
+      instantiateWasm(imports, receive) {
+        WebAssembly.instantiate(wasm_module, imports).then((instance) => receive(instance, wasm_module), reject);
+        return {};
+      },
+      print: () => {},
+      printErr: (text) => console.warn('[biaslab engine]', text),
+    }).then(resolve, reject);
+  });
+}
+
 function boot({ glue_url, wasm_module }) {
   const { error } = load_script(glue_url);
   if (error) {
     self.postMessage({ type: 'fatal', message: `could not load the engine script: ${error}` });
     return Promise.reject(error);
   }
-  return self
-    .createBiaslab({
-      instantiateWasm(imports, receive) {
-        WebAssembly.instantiate(wasm_module, imports).then(
-          (instance) => receive(instance, wasm_module),
-          (e) => self.postMessage({ type: 'fatal', message: `could not start the engine: ${e}` }),
-        );
-        return {};
-      },
-      print: () => {},
-      printErr: (text) => console.warn('[biaslab engine]', text),
-    })
-    .then((m) => {
+  return instantiate(self.createBiaslab, wasm_module).then(
+    (m) => {
       // boot_ms: since this worker started (its performance.now() origin), for the page's timings.
       self.postMessage({ type: 'ready', version: m.version(), schema: m.schema(), presets: m.presets(), boot_ms: performance.now() });
       return m;
-    });
+    },
+    (e) => {
+      self.postMessage({ type: 'fatal', message: `could not start the engine: ${e}` });
+      throw e;
+    },
+  );
+}
+
+// The export module: its failures answer the export only (the analyses go on).
+function boot_export({ glue_url, wasm_module }) {
+  importScripts(glue_url); // defines createBiaslabExport
+  const started = instantiate(self.createBiaslabExport, wasm_module);
+  started.catch(() => (exporter = null)); // the next export tries again
+  return started;
 }
 
 async function run({ id, config }) {
@@ -86,9 +106,11 @@ async function run({ id, config }) {
 
 // The exported PyTorch script and weights: one engine call, answered with its own id (an export
 // never supersedes an analysis, it waits for the worker like any message).
-async function export_torch({ id, config, title }) {
+async function export_torch(msg) {
+  const { id, config, title } = msg;
   try {
-    const m = await engine;
+    exporter ??= boot_export(msg);
+    const m = await exporter;
     self.postMessage({ type: 'exported', id, bundle: m.exportTorch(config, title ?? '') });
   } catch (e) {
     self.postMessage({ type: 'exported', id, bundle: JSON.stringify({ ok: false, error: { path: '', message: `the engine stopped: ${e && e.message ? e.message : e}` } }) });

@@ -6,6 +6,8 @@ import './style.css';
 
 import glue_url from '@wasm/biaslab.js?url';
 import wasm_url from '@wasm/biaslab.wasm?url';
+import export_glue_url from '@wasm/biaslab-export.js?url';
+import export_wasm_url from '@wasm/biaslab-export.wasm?url';
 
 import { EngineClient, EngineError, CancelledError } from './engine-client.js';
 import { canonical_config, format_config, same_json } from './experiment.js';
@@ -56,6 +58,8 @@ async function boot() {
   engine = new EngineClient({
     glue_url: new URL(glue_url, location.href).href,
     wasm_url: new URL(wasm_url, location.href).href,
+    export_glue_url: new URL(export_glue_url, location.href).href,
+    export_wasm_url: new URL(export_wasm_url, location.href).href,
     make_worker: () => new Worker(new URL('./engine-worker.js', import.meta.url), { type: 'classic', name: 'biaslab-engine' }),
   });
   let info;

@@ -2,9 +2,9 @@
 // (?url) and vite would otherwise copy verbatim: Emscripten 3.1.6 strips whitespace but keeps
 // every local name unless it runs the Closure compiler, which Debian does not ship.
 //
-// esbuild renames locals only: the loader's global (createBiaslab, for importScripts in the
-// worker) and every property name stay, and embind's generated functions get their argument
-// values passed in, so they do not depend on the names. The tests run the minified loader.
+// esbuild renames locals only: the loader's global (createBiaslab or createBiaslabExport, for
+// importScripts in the worker) and every property name (Module["analyze"], ...) stay. The tests
+// run the minified loaders.
 // The file name's hash is that of the unminified loader: it still changes with every engine.
 import { transformWithEsbuild } from 'vite';
 
