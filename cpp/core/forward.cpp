@@ -101,25 +101,22 @@ S gelu(S x, GeluApprox approx) {
 }
 
 // Row-wise softmax in place, max-subtracted. With `causal`, row i keeps only columns j <= i
-// (the others are masked and get exactly 0). The exponential is Eigen's vectorised one (within
-// a few ulp, as torch's own vectorised kernels), applied to an aligned buffer whose length is a
-// whole number of packets, so that every entry goes through the same code whatever the row's
-// position in memory; the sum is a plain loop for the same reason. A row's result then depends
-// on its values only (token permutations stay exact).
+// (the others are masked and get exactly 0). Plain loops: a row's result depends on its values
+// only, never on its position in memory (token permutations stay bit-exact).
 template <class S, class Rows>
 void softmax_rows(Rows&& z, bool causal = false) {
-  constexpr Eigen::Index kPacket = Eigen::internal::packet_traits<S>::size;
   const Eigen::Index cols = z.cols();
-  Eigen::Array<S, Eigen::Dynamic, 1> buf((cols + kPacket - 1) / kPacket * kPacket);
   for (Eigen::Index i = 0; i < z.rows(); ++i) {
     const Eigen::Index len = causal ? std::min(i + 1, cols) : cols;
-    const S mx = z.row(i).head(len).maxCoeff();
-    buf.setZero();
-    for (Eigen::Index j = 0; j < len; ++j) buf(j) = z(i, j) - mx;
-    buf = buf.exp();
+    S mx = z(i, 0);
+    for (Eigen::Index j = 1; j < len; ++j) mx = std::max(mx, z(i, j));
     S sum = 0;
-    for (Eigen::Index j = 0; j < len; ++j) sum += buf(j);
-    for (Eigen::Index j = 0; j < len; ++j) z(i, j) = buf(j) / sum;
+    for (Eigen::Index j = 0; j < len; ++j) {
+      const S e = std::exp(z(i, j) - mx);
+      z(i, j) = e;
+      sum += e;
+    }
+    for (Eigen::Index j = 0; j < len; ++j) z(i, j) /= sum;
     for (Eigen::Index j = len; j < cols; ++j) z(i, j) = 0;
   }
 }

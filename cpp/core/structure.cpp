@@ -161,6 +161,8 @@ Structure StructureSolver::solve(int param, const std::function<bool()>& cancell
       for (int a = 0; a < c; ++a) {
         const double* v = d.data() + Eigen::Index(a) * len;
         SparseCol& sc = cols[a0 + a];
+        sc.rows.reserve(static_cast<size_t>(len));
+        sc.vals.reserve(static_cast<size_t>(len));
         for (Eigen::Index r = 0; r < len; ++r)
           if (v[r] != 0.0) {
             sc.rows.push_back(static_cast<int>(r));
@@ -169,13 +171,23 @@ Structure StructureSolver::solve(int param, const std::function<bool()>& cancell
       }
     }
 
-    // Columns that share a non-zero output entry belong together.
+    // Columns that share a non-zero output entry belong together. A column with an entry in
+    // every row shares one with every non-empty column: one cluster, no entry-by-entry pass.
     owner.assign(static_cast<size_t>(rows), -1);
-    for (int a = 0; a < n; ++a)
-      for (int r : cols[a].rows) {
-        if (owner[r] < 0) owner[r] = a;
-        else uf.unite(a, owner[r]);
-      }
+    int full = -1;
+    for (int a = 0; a < n && full < 0; ++a)
+      if (static_cast<Eigen::Index>(cols[a].rows.size()) == rows) full = a;
+    if (full >= 0) {
+      for (int a = 0; a < n; ++a)
+        if (!cols[a].rows.empty()) uf.unite(a, full);
+      std::fill(owner.begin(), owner.end(), full);
+    } else {
+      for (int a = 0; a < n; ++a)
+        for (int r : cols[a].rows) {
+          if (owner[r] < 0) owner[r] = a;
+          else uf.unite(a, owner[r]);
+        }
+    }
     std::map<int, std::vector<int>> group_cols, group_rows;
     for (int a = 0; a < n; ++a) group_cols[uf.find(a)].push_back(a);
     for (Eigen::Index r = 0; r < rows; ++r)
