@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <limits>
 
 namespace biaslab {
 
@@ -72,6 +73,40 @@ Eval Evaluator::run(int param, const Mat* value) const {
   const int start = param >= 0 ? m_.params[param].op : 0;
   const MatT<float> y32 = forward_from<float>(m_, wf_, rec32_, start, of);
   const Mat y64 = forward_from<double>(m_, wd_, rec64_, start, od);
+  return combine_eval(m_.dtype, y32, y64);
+}
+
+std::optional<Eval> Evaluator::run_near(int param, const Mat* value, double far, double* moved) const {
+  MatT<float> vf;
+  Mat vd;
+  Override<float> of;
+  Override<double> od;
+  if (param >= 0 && value) {
+    vf = value->cast<float>();
+    vd = m_.dtype == DType::float32 ? Mat(vf.cast<double>()) : *value;
+    of = {param, &vf};
+    od = {param, &vd};
+  }
+  ++runs_;
+  const int start = param >= 0 ? m_.params[param].op : 0;
+  // The config's precision first, exactly as run() computes it.
+  MatT<float> y32;
+  Mat y64;
+  double d = 0;
+  bool finite = true;
+  if (m_.dtype == DType::float32) {
+    y32 = forward_from<float>(m_, wf_, rec32_, start, of);
+    finite = y32.allFinite();
+    if (finite) d = (y32.cast<double>() - base_.y).cwiseAbs().maxCoeff();
+  } else {
+    y64 = forward_from<double>(m_, wd_, rec64_, start, od);
+    finite = y64.allFinite();
+    if (finite) d = (y64 - base_.y).cwiseAbs().maxCoeff();
+  }
+  *moved = finite ? d : std::numeric_limits<double>::infinity();
+  if (!finite || d > far) return std::nullopt;
+  if (m_.dtype == DType::float32) y64 = forward_from<double>(m_, wd_, rec64_, start, od);
+  else y32 = forward_from<float>(m_, wf_, rec32_, start, of);
   return combine_eval(m_.dtype, y32, y64);
 }
 

@@ -14,6 +14,8 @@
 // of 2 covers the float64 estimate, which is a scaled measurement, not the error itself.)
 #pragma once
 
+#include <optional>
+
 #include "core/forward.hpp"
 
 namespace biaslab {
@@ -38,6 +40,11 @@ class Evaluator {
   Evaluator(const Model& m, const Mat& x);
   // Forward with parameter `param` (index into m.params, -1: none) replaced by `value`.
   Eval run(int param = -1, const Mat* value = nullptr) const;
+  // The same, for points where only large changes are expected (the sweep): the config's
+  // precision runs first, and the other precision, which serves only the noise floor, runs
+  // only if the output moved by at most `far` from the base output. Beyond that no plausible
+  // floor decides anything: returns nullopt and *moved = max |y - base y| (finite or not).
+  std::optional<Eval> run_near(int param, const Mat* value, double far, double* moved) const;
   // Forward of another model (a folded one) on the same input.
   static Eval run_model(const Model& other, const Mat& x);
   static Delta compare(const Eval& a, const Eval& b);

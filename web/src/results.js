@@ -133,7 +133,7 @@ export function render_results(root, report, { ms, on_load_minimal, embed = fals
       h('h2', { id: 'sweep-title' }, 'Perturbation sweep'),
       h('span', { class: 'exports' }, h('button', { type: 'button', class: 'small', id: 'download-png', onclick: async () => plot && download('biaslab-sweep.png', await plot.png()) }, 'PNG')),
     ),
-    h('p', { class: 'caption' }, report.sweep?.direction ? `Direction: ${report.sweep.direction}. Points below the noise floor are rounding.` : ''),
+    h('p', { class: 'caption' }, report.sweep?.direction ? `Direction: ${report.sweep.direction}. Points below the noise floor are rounding; the floor is measured wherever a change comes within a million times of it.` : ''),
     plot_root,
   );
   const minimal = report.minimal_model;
