@@ -701,7 +701,10 @@ BIASLAB_COLD json analyze(const ExperimentConfig& cfg, const AnalyzeOptions& opt
     report["structural"] = {{"precision", "float64"},
                             {"inputs_made", c.pool->made()},
                             {"max_inputs_per_bias", structural_inputs},
-                            {"tolerance", "singular value <= 1e-8 x reference (JVP of a random per-token perturbation of the same tensor)"}};
+                            {"tolerance", "singular value <= 1e-8 x reference (JVP of a random per-token perturbation of the same tensor)"},
+                            {"sigma_note", "null_sigma_max and kept_sigma_min are relative to the reference; an input that only confirms "
+                                           "the null space is stacked along it alone, so kept_sigma_min then comes from the inputs before "
+                                           "it (a lower bound)"}};
     long n_params = count_parameters(c.net);
     int red = 0, part = 0, eff = 0;
     for (const auto& b : biases) {

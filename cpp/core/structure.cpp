@@ -51,11 +51,41 @@ struct Cluster {
   ColMat R;               // (<= cols.size(), cols.size()): R^T R = stacked J^T J on these columns
   Vec sv;                 // singular values of the stacked Jacobian on these columns
   bool full = false;      // certified of full column rank from the Gram matrix (R not formed)
+  // Set when the last input only confirmed the null space (see confirm_null_space): an
+  // orthonormal basis of it and the singular values of the stack along it.
+  bool confirmed = false;
+  ColMat vnull;
+  Vec snull;
 };
+
+// The numerical null space of a factored cluster: the right singular vectors whose singular
+// values are <= tau (c - kept columns), and those values (0 where R has fewer rows than columns).
+void null_space(const Cluster& cl, double tau, ColMat& v, Vec& s) {
+  const Eigen::Index c = static_cast<Eigen::Index>(cl.cols.size());
+  Eigen::Index kept = 0;
+  for (Eigen::Index i = 0; i < cl.sv.size(); ++i) kept += cl.sv(i) > tau;
+  const Eigen::Index d = c - kept;
+  s = Vec::Zero(d);
+  if (kept == 0 || cl.R.rows() == 0) {
+    v = ColMat::Identity(c, c).rightCols(d);
+    for (Eigen::Index i = 0; i < d && i < cl.sv.size(); ++i) s(i) = cl.sv(i);
+    return;
+  }
+  Eigen::BDCSVD<ColMat> svd(cl.R, Eigen::ComputeFullV);
+  v = svd.matrixV().rightCols(d);
+  const Vec& all = svd.singularValues();
+  for (Eigen::Index i = 0; i < d; ++i)
+    if (kept + i < all.size()) s(i) = all(kept + i);
+}
 
 Vec singular_values(const ColMat& R) {
   if (R.rows() == 0 || R.cols() == 0) return Vec();
   if (R.cols() == 1) return Vec::Constant(1, R.col(0).norm());
+  if (R.rows() > 2 * R.cols()) {  // tall: the same singular values from its triangular factor
+    Eigen::HouseholderQR<ColMat> qr(R);
+    const ColMat T = qr.matrixQR().topRows(R.cols()).triangularView<Eigen::Upper>();
+    return Eigen::BDCSVD<ColMat>(T).singularValues();
+  }
   Eigen::BDCSVD<ColMat> svd(R);
   return svd.singularValues();
 }
@@ -194,6 +224,76 @@ Structure StructureSolver::solve(int param, const std::function<bool()>& cancell
       if (owner[r] >= 0) group_rows[uf.find(owner[r])].push_back(static_cast<int>(r));
     rowpos.assign(static_cast<size_t>(rows), -1);
 
+    // A further input that leaves the clusters as they were usually only confirms the null
+    // space found so far. Rows only raise singular values, so the rank can grow only along
+    // that space: stacking this input's Jacobian J under R changes the small singular values
+    // to those of [S_null; J V_null] (up to couplings of second order in the small terms),
+    // an (d + rows) x d problem instead of the QR of all rows x all columns. When every one
+    // stays <= tau (and every kept one stays > tau), the rank is unchanged and, if that ends
+    // the loop, the stack is never factored. Otherwise this input takes the full path below.
+    const double tau_now = opt_.tol_rel * std::sqrt(ref_sq);
+    // Tried only where the rank did not just grow (the few-tokens trap gains rank input after
+    // input: there the attempt would fail every time).
+    const bool would_stop = k >= 1 && k + 1 >= opt_.min_samples && k >= opt_.patience &&
+                            out.rank_history[k - 1] == out.rank_history[k - opt_.patience];
+    const bool grew_last = k >= 2 && out.rank_history[k - 1] != out.rank_history[k - 2];
+    if (would_stop && !grew_last && group_cols.size() == clusters.size()) {
+      bool confirmed = true;
+      int rank = 0;
+      for (auto& [root, cl] : clusters) {
+        if (group_cols.count(root) == 0 || group_cols[root].size() != cl.cols.size()) {
+          confirmed = false;
+          break;
+        }
+        Eigen::Index kept = 0;
+        for (Eigen::Index i = 0; i < cl.sv.size(); ++i) {
+          if (cl.sv(i) > tau && !(cl.sv(i) > tau_now)) confirmed = false;  // kept before, not now
+          kept += cl.sv(i) > tau_now;
+        }
+        rank += static_cast<int>(kept);
+        const Eigen::Index c = static_cast<Eigen::Index>(cl.cols.size());
+        if (!confirmed) break;
+        if (kept == c) continue;  // of full rank: more rows cannot lower it
+        ColMat vn;
+        Vec sn;
+        null_space(cl, tau_now, vn, sn);
+        const std::vector<int>& rws = group_rows[root];
+        for (size_t i = 0; i < rws.size(); ++i) rowpos[rws[i]] = static_cast<int>(i);
+        ColMat J = ColMat::Zero(static_cast<Eigen::Index>(rws.size()), c);
+        for (Eigen::Index j = 0; j < c; ++j) {
+          const SparseCol& sc = cols[cl.cols[j]];
+          for (size_t e = 0; e < sc.rows.size(); ++e) J(rowpos[sc.rows[e]], j) = sc.vals[e];
+        }
+        ColMat S(vn.cols() + J.rows(), vn.cols());
+        S.topRows(vn.cols()) = sn.asDiagonal();
+        if (kept == 0) S.bottomRows(J.rows()) = J;  // the null space is everything: V = I
+        else S.bottomRows(J.rows()).noalias() = J * vn;
+        // A column longer than tau already means a singular value above it: no SVD needed.
+        if (S.colwise().norm().maxCoeff() > tau_now) {
+          confirmed = false;
+          break;
+        }
+        const Vec s_new = singular_values(S);
+        if (s_new.size() > 0 && s_new(0) > tau_now) {
+          confirmed = false;
+          break;
+        }
+        cl.vnull = std::move(vn);
+        cl.snull = s_new;
+      }
+      if (confirmed) {
+        for (auto& [root, cl] : clusters) cl.confirmed = cl.vnull.cols() > 0;
+        tau = tau_now;
+        out.rank_history.push_back(rank);
+        out.samples = k + 1;
+        break;
+      }
+      for (auto& [root, cl] : clusters) {  // not confirmed: the full path recomputes everything
+        cl.vnull.resize(0, 0);
+        cl.snull.resize(0);
+      }
+    }
+
     std::map<int, Cluster> next;
     for (auto& [root, gcols] : group_cols) {
       for (size_t i = 0; i < gcols.size(); ++i) pos[gcols[i]] = static_cast<int>(i);
@@ -275,6 +375,17 @@ Structure StructureSolver::solve(int param, const std::function<bool()>& cancell
   for (const auto& [root, cl] : clusters) {
     const int c = static_cast<int>(cl.cols.size());
     const Vec& sv = cl.sv;
+    if (cl.confirmed) {  // kept values from the factored stack, null ones from the confirmation
+      for (Eigen::Index i = 0; i < sv.size(); ++i)
+        if (sv(i) > tau) kept_min = kept_min == 0 ? sv(i) : std::min(kept_min, sv(i));
+      if (cl.snull.size() > 0) null_max = std::max(null_max, cl.snull.maxCoeff());
+      for (Eigen::Index j = 0; j < cl.vnull.cols(); ++j) {
+        Vec v = Vec::Zero(n);
+        for (int i = 0; i < c; ++i) v(cl.cols[i]) = cl.vnull(i, j);
+        basis.push_back(v);
+      }
+      continue;
+    }
     int kept = 0;
     for (Eigen::Index i = 0; i < sv.size(); ++i) {
       if (sv(i) > tau) {

@@ -7,7 +7,9 @@
 // answer: trailing per-token linear maps that are injective are dropped (they cannot create
 // null directions); the Jacobian's columns are split into clusters that touch disjoint output
 // entries (exact zeros, e.g. one attention head per bias direction), each ranked on its own;
-// each cluster keeps only a small triangular factor R between inputs (QR of [R; J_k]); and a
+// each cluster keeps only a small triangular factor R between inputs (QR of [R; J_k]); an input
+// that would end the loop and leaves the clusters as they were is stacked only along the null
+// space found so far (rows cannot lower a rank, so that is where it could grow); and a
 // bias whose tangent meets no token-dependent op (e.g. a bias at the end, or before a Linear at
 // the end) has a Jacobian 1_N (x) V that is the same for every input: V is ranked once.
 #pragma once
