@@ -2,6 +2,8 @@
 
 #include <cmath>
 
+#include "core/cold.hpp"
+
 namespace biaslab {
 
 namespace {
@@ -17,7 +19,7 @@ bool is_bn(const Seq& s, int i, BatchNormMode mode) {
   return is(s, i, LayerType::batchnorm) && s[i].cfg.mode == mode;
 }
 
-void remove_param(LayerNode& n, const std::string& local) {
+BIASLAB_COLD void remove_param(LayerNode& n, const std::string& local) {
   for (auto it = n.params.begin(); it != n.params.end(); ++it)
     if (it->local == local) {
       n.params.erase(it);
@@ -26,7 +28,7 @@ void remove_param(LayerNode& n, const std::string& local) {
 }
 
 // Sets (creating if absent) a parameter, keeping the layer's declaration order.
-void set_param(LayerNode& n, const std::string& local, ParamRole role, const Mat& value) {
+BIASLAB_COLD void set_param(LayerNode& n, const std::string& local, ParamRole role, const Mat& value) {
   if (Param* p = n.find(local)) {
     p->value = value;
     return;
@@ -54,7 +56,7 @@ bool match_norm_affine(const Seq& s, int i, LayerType norm) {
   return is(s, i + 1, LayerType::linear) || is(s, i + 1, LayerType::attention);
 }
 
-void apply_norm_affine(Seq& s, int i, const std::string& prefix, FoldApplied& out) {
+BIASLAB_COLD void apply_norm_affine(Seq& s, int i, const std::string& prefix, FoldApplied& out) {
   LayerNode& nrm = s[i];
   LayerNode& nxt = s[i + 1];
   const Vec g = col(nrm, "weight");
@@ -90,7 +92,7 @@ void apply_norm_affine(Seq& s, int i, const std::string& prefix, FoldApplied& ou
 
 // --- Linear + BatchNorm(eval) ------------------------------------------------------------------
 // BN_eval(z) = s (z - mu) + beta with s = gamma / sqrt(var + eps).
-void bn_scale_shift(const LayerNode& bn, Vec& s, Vec& t) {
+BIASLAB_COLD void bn_scale_shift(const LayerNode& bn, Vec& s, Vec& t) {
   const Vec mu = col(bn, "running_mean"), var = col(bn, "running_var");
   const Vec g = bn.find("weight") ? col(bn, "weight") : Vec::Ones(mu.size());
   const Vec beta = bn.find("bias") ? col(bn, "bias") : Vec::Zero(mu.size());
@@ -101,7 +103,7 @@ void bn_scale_shift(const LayerNode& bn, Vec& s, Vec& t) {
 bool match_linear_bn(const Seq& s, int i) {
   return is(s, i, LayerType::linear) && is_bn(s, i + 1, BatchNormMode::eval);
 }
-void apply_linear_bn(Seq& s, int i, const std::string& prefix, FoldApplied& out) {
+BIASLAB_COLD void apply_linear_bn(Seq& s, int i, const std::string& prefix, FoldApplied& out) {
   Vec sc, t;
   bn_scale_shift(s[i + 1], sc, t);
   LayerNode& lin = s[i];
@@ -121,7 +123,7 @@ void apply_linear_bn(Seq& s, int i, const std::string& prefix, FoldApplied& out)
 bool match_bn_linear(const Seq& s, int i) {
   return is_bn(s, i, BatchNormMode::eval) && is(s, i + 1, LayerType::linear);
 }
-void apply_bn_linear(Seq& s, int i, const std::string& prefix, FoldApplied& out) {
+BIASLAB_COLD void apply_bn_linear(Seq& s, int i, const std::string& prefix, FoldApplied& out) {
   Vec sc, t;
   bn_scale_shift(s[i], sc, t);
   LayerNode& lin = s[i + 1];
@@ -143,7 +145,7 @@ void apply_bn_linear(Seq& s, int i, const std::string& prefix, FoldApplied& out)
 bool match_key_bias(const Seq& s, int i) {
   return is(s, i, LayerType::attention) && s[i].cfg.k_bias && !s[i].cfg.rope;
 }
-void apply_key_bias(Seq& s, int i, const std::string& prefix, FoldApplied& out) {
+BIASLAB_COLD void apply_key_bias(Seq& s, int i, const std::string& prefix, FoldApplied& out) {
   const std::string n = name_of(prefix, i);
   out.layers = {n};
   out.moves.push_back({n + ".k_proj.bias", ""});
@@ -154,7 +156,7 @@ void apply_key_bias(Seq& s, int i, const std::string& prefix, FoldApplied& out) 
 
 // softmax rows sum to 1, so P (1 b_V^T) = 1 b_V^T: the value bias adds W_O b_V to every token.
 bool match_value_bias(const Seq& s, int i) { return is(s, i, LayerType::attention) && s[i].cfg.v_bias; }
-void apply_value_bias(Seq& s, int i, const std::string& prefix, FoldApplied& out) {
+BIASLAB_COLD void apply_value_bias(Seq& s, int i, const std::string& prefix, FoldApplied& out) {
   LayerNode& a = s[i];
   const Vec bv = col(a, "v_proj.bias");
   Vec bo = a.find("o_proj.weight")->value * bv;
@@ -176,7 +178,7 @@ struct Feeder {
   LayerNode* node = nullptr;
   std::string local, name;
 };
-Feeder feeder(Seq& s, int i, const std::string& prefix) {
+BIASLAB_COLD Feeder feeder(Seq& s, int i, const std::string& prefix) {
   if (i < 0 || i >= static_cast<int>(s.size())) return {};
   LayerNode& n = s[i];
   const std::string nm = name_of(prefix, i);
@@ -205,7 +207,7 @@ bool absorbs_all(const Seq& s, int j) {
 bool match_drop_before_norm(const Seq& s, int i) {
   return absorbs_all(s, i + 1) && feeder_c(s, i).node != nullptr;
 }
-void apply_drop_before_norm(Seq& s, int i, const std::string& prefix, FoldApplied& out) {
+BIASLAB_COLD void apply_drop_before_norm(Seq& s, int i, const std::string& prefix, FoldApplied& out) {
   Feeder f = feeder(s, i, prefix);
   out.layers = {name_of(prefix, i), name_of(prefix, i + 1)};
   out.moves.push_back({f.name, ""});
@@ -232,7 +234,7 @@ int centre_groups(const Seq& s, int j) {
 bool match_centre_before_norm(const Seq& s, int i) {
   return centre_groups(s, i + 1) > 0 && feeder_c(s, i).node != nullptr;
 }
-void apply_centre_before_norm(Seq& s, int i, const std::string& prefix, FoldApplied& out) {
+BIASLAB_COLD void apply_centre_before_norm(Seq& s, int i, const std::string& prefix, FoldApplied& out) {
   const int G = centre_groups(s, i + 1);
   Feeder f = feeder(s, i, prefix);
   Mat& b = f.node->find(f.local)->value;
@@ -247,7 +249,7 @@ void apply_centre_before_norm(Seq& s, int i, const std::string& prefix, FoldAppl
 bool match_linear_linear(const Seq& s, int i) {
   return is(s, i, LayerType::linear) && is(s, i + 1, LayerType::linear);
 }
-void apply_linear_linear(Seq& s, int i, const std::string& prefix, FoldApplied& out) {
+BIASLAB_COLD void apply_linear_linear(Seq& s, int i, const std::string& prefix, FoldApplied& out) {
   LayerNode& a = s[i];
   const LayerNode& b = s[i + 1];
   const Mat W1 = a.find("weight")->value, W2 = b.find("weight")->value;
@@ -281,7 +283,7 @@ bool match_ln_to_rms(const Seq& s, int i) {
   if (ln.find("bias")) return false;
   return is(s, i, LayerType::linear) || is(s, i, LayerType::attention);
 }
-void apply_ln_to_rms(Seq& s, int i, const std::string& prefix, FoldApplied& out) {
+BIASLAB_COLD void apply_ln_to_rms(Seq& s, int i, const std::string& prefix, FoldApplied& out) {
   LayerNode& w = s[i];
   const std::string proj = w.cfg.type == LayerType::attention ? "o_proj." : "";
   Mat& W = w.find(proj + "weight")->value;
@@ -303,7 +305,7 @@ bool m_rms(const Seq& s, int i) { return match_norm_affine(s, i, LayerType::rmsn
 
 }  // namespace
 
-const std::vector<FoldRule>& fold_rules() {
+BIASLAB_COLD const std::vector<FoldRule>& fold_rules() {
   static const std::vector<FoldRule> rules = {
       {"fold_layernorm_affine", "LayerNorm gain and shift into the next projection",
        R"(W\,\mathrm{LN}_{\gamma,\beta}(x)+b = (W\operatorname{diag}\gamma)\,\mathrm{LN}(x) + (W\beta+b))",
@@ -345,7 +347,7 @@ std::string site_prefix(const FoldSite& site) {
 
 namespace {
 
-void collect(const Seq& seq, std::vector<int>& path, std::vector<FoldCandidate>& out) {
+BIASLAB_COLD void collect(const Seq& seq, std::vector<int>& path, std::vector<FoldCandidate>& out) {
   for (int i = 0; i < static_cast<int>(seq.size()); ++i) {
     for (const FoldRule& r : fold_rules())
       if (r.match(seq, i)) out.push_back({&r, {path, i}});
@@ -359,14 +361,14 @@ void collect(const Seq& seq, std::vector<int>& path, std::vector<FoldCandidate>&
 
 }  // namespace
 
-std::vector<FoldCandidate> find_folds(const Network& net) {
+BIASLAB_COLD std::vector<FoldCandidate> find_folds(const Network& net) {
   std::vector<FoldCandidate> out;
   std::vector<int> path;
   collect(net.layers, path, out);
   return out;
 }
 
-Network apply_fold(const Network& net, const FoldCandidate& c, FoldApplied& out) {
+BIASLAB_COLD Network apply_fold(const Network& net, const FoldCandidate& c, FoldApplied& out) {
   Network copy = net;
   Seq* seq = &copy.layers;
   for (int i : c.site.path) seq = &(*seq)[i].body;

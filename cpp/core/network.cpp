@@ -1,6 +1,7 @@
 // Building networks from configs, and compiling them to op lists.
 #include <cmath>
 
+#include "core/cold.hpp"
 #include "core/model.hpp"
 #include "core/rng.hpp"
 
@@ -61,7 +62,7 @@ int layer_out_width(const LayerConfig& c, int in) {
   return in;
 }
 
-void build_layers(const std::vector<LayerConfig>& cfgs, int width, std::uint64_t seed,
+BIASLAB_COLD void build_layers(const std::vector<LayerConfig>& cfgs, int width, std::uint64_t seed,
                   const std::string& prefix, std::vector<LayerNode>& out) {
   out.clear();
   for (size_t i = 0; i < cfgs.size(); ++i) {
@@ -79,7 +80,7 @@ void build_layers(const std::vector<LayerConfig>& cfgs, int width, std::uint64_t
   }
 }
 
-int sync_layers(std::vector<LayerNode>& nodes, int width, std::vector<LayerConfig>& cfgs) {
+BIASLAB_COLD int sync_layers(std::vector<LayerNode>& nodes, int width, std::vector<LayerConfig>& cfgs) {
   cfgs.clear();
   for (auto& node : nodes) {
     node.in_width = width;
@@ -108,7 +109,7 @@ long count_layers(const std::vector<LayerNode>& nodes) {
 
 }  // namespace
 
-std::vector<Param> declare_params(const LayerConfig& c, int in, int out, std::uint64_t seed,
+BIASLAB_COLD std::vector<Param> declare_params(const LayerConfig& c, int in, int out, std::uint64_t seed,
                                   const std::string& prefix) {
   std::vector<Param> ps;
   auto add = [&](const std::string& local, ParamRole role, int rows, int cols, Init init,
@@ -163,7 +164,7 @@ std::vector<Param> declare_params(const LayerConfig& c, int in, int out, std::ui
   return ps;
 }
 
-Network build_network(const ExperimentConfig& config) {
+BIASLAB_COLD Network build_network(const ExperimentConfig& config) {
   Network net;
   net.config = config;
   build_layers(config.layers, config.shape.features, config.seed, "layers.", net.layers);
@@ -279,7 +280,7 @@ struct Compiler {
 
 }  // namespace
 
-Model compile(const Network& net) {
+BIASLAB_COLD Model compile(const Network& net) {
   Model m;
   m.batch = net.config.shape.batch;
   m.tokens = net.config.shape.tokens;

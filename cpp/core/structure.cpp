@@ -259,7 +259,7 @@ Structure StructureSolver::solve(int param, const std::function<bool()>& cancell
         null_space(cl, tau_now, vn, sn);
         const std::vector<int>& rws = group_rows[root];
         for (size_t i = 0; i < rws.size(); ++i) rowpos[rws[i]] = static_cast<int>(i);
-        ColMat J = ColMat::Zero(static_cast<Eigen::Index>(rws.size()), c);
+        Mat J = Mat::Zero(static_cast<Eigen::Index>(rws.size()), c);  // row-major, as the JVPs
         for (Eigen::Index j = 0; j < c; ++j) {
           const SparseCol& sc = cols[cl.cols[j]];
           for (size_t e = 0; e < sc.rows.size(); ++e) J(rowpos[sc.rows[e]], j) = sc.vals[e];
@@ -267,7 +267,7 @@ Structure StructureSolver::solve(int param, const std::function<bool()>& cancell
         ColMat S(vn.cols() + J.rows(), vn.cols());
         S.topRows(vn.cols()) = sn.asDiagonal();
         if (kept == 0) S.bottomRows(J.rows()) = J;  // the null space is everything: V = I
-        else S.bottomRows(J.rows()).noalias() = J * vn;
+        else S.bottomRows(J.rows()) = J * Mat(vn);
         // A column longer than tau already means a singular value above it: no SVD needed.
         if (S.colwise().norm().maxCoeff() > tau_now) {
           confirmed = false;
