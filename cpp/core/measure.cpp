@@ -58,22 +58,8 @@ Evaluator::Evaluator(const Model& m, const Mat& x) : m_(m), x_(x) {
 }
 
 Eval Evaluator::run(int param, const Mat* value) const {
-  MatT<float> vf;
-  Mat vd;
-  Override<float> of;
-  Override<double> od;
-  if (param >= 0 && value) {
-    vf = value->cast<float>();
-    vd = m_.dtype == DType::float32 ? Mat(vf.cast<double>()) : *value;
-    of = {param, &vf};
-    od = {param, &vd};
-  }
-  ++runs_;
-  // Only ops from the parameter's own op onward see the change.
-  const int start = param >= 0 ? m_.params[param].op : 0;
-  const MatT<float> y32 = forward_from<float>(m_, wf_, rec32_, start, of);
-  const Mat y64 = forward_from<double>(m_, wd_, rec64_, start, od);
-  return combine_eval(m_.dtype, y32, y64);
+  double moved = 0;
+  return *run_near(param, value, std::numeric_limits<double>::infinity(), &moved);
 }
 
 std::optional<Eval> Evaluator::run_near(int param, const Mat* value, double far, double* moved) const {
@@ -88,8 +74,9 @@ std::optional<Eval> Evaluator::run_near(int param, const Mat* value, double far,
     od = {param, &vd};
   }
   ++runs_;
+  // Only ops from the parameter's own op onward see the change.
   const int start = param >= 0 ? m_.params[param].op : 0;
-  // The config's precision first, exactly as run() computes it.
+  // The config's precision first.
   MatT<float> y32;
   Mat y64;
   double d = 0;
@@ -104,7 +91,7 @@ std::optional<Eval> Evaluator::run_near(int param, const Mat* value, double far,
     if (finite) d = (y64 - base_.y).cwiseAbs().maxCoeff();
   }
   *moved = finite ? d : std::numeric_limits<double>::infinity();
-  if (!finite || d > far) return std::nullopt;
+  if (finite && d > far) return std::nullopt;
   if (m_.dtype == DType::float32) y64 = forward_from<double>(m_, wd_, rec64_, start, od);
   else y32 = forward_from<float>(m_, wf_, rec32_, start, of);
   return combine_eval(m_.dtype, y32, y64);

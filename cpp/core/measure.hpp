@@ -43,7 +43,8 @@ class Evaluator {
   // The same, for points where only large changes are expected (the sweep): the config's
   // precision runs first, and the other precision, which serves only the noise floor, runs
   // only if the output moved by at most `far` from the base output. Beyond that no plausible
-  // floor decides anything: returns nullopt and *moved = max |y - base y| (finite or not).
+  // floor decides anything: returns nullopt and *moved = max |y - base y|. A non-finite output
+  // is always returned whole (its Eval says finite = false; *moved is infinite).
   std::optional<Eval> run_near(int param, const Mat* value, double far, double* moved) const;
   // Forward of another model (a folded one) on the same input.
   static Eval run_model(const Model& other, const Mat& x);
