@@ -375,35 +375,24 @@ Structure StructureSolver::solve(int param, const std::function<bool()>& cancell
   for (const auto& [root, cl] : clusters) {
     const int c = static_cast<int>(cl.cols.size());
     const Vec& sv = cl.sv;
-    if (cl.confirmed) {  // kept values from the factored stack, null ones from the confirmation
-      for (Eigen::Index i = 0; i < sv.size(); ++i)
-        if (sv(i) > tau) kept_min = kept_min == 0 ? sv(i) : std::min(kept_min, sv(i));
-      if (cl.snull.size() > 0) null_max = std::max(null_max, cl.snull.maxCoeff());
-      for (Eigen::Index j = 0; j < cl.vnull.cols(); ++j) {
-        Vec v = Vec::Zero(n);
-        for (int i = 0; i < c; ++i) v(cl.cols[i]) = cl.vnull(i, j);
-        basis.push_back(v);
-      }
-      continue;
-    }
+    // Kept values come from the factored stack; null ones from it too, or, when the last input
+    // only confirmed the null space, from that confirmation.
     int kept = 0;
     for (Eigen::Index i = 0; i < sv.size(); ++i) {
       if (sv(i) > tau) {
         ++kept;
         kept_min = kept_min == 0 ? sv(i) : std::min(kept_min, sv(i));
-      } else {
+      } else if (!cl.confirmed) {
         null_max = std::max(null_max, sv(i));
       }
     }
+    if (cl.confirmed && cl.snull.size() > 0) null_max = std::max(null_max, cl.snull.maxCoeff());
     if (kept == c) continue;
     ColMat V;
-    if (kept == 0) {
-      V = ColMat::Identity(c, c);
-    } else {
-      Eigen::BDCSVD<ColMat> svd(cl.R, Eigen::ComputeFullV);
-      V = svd.matrixV().rightCols(c - kept);
-    }
-    for (Eigen::Index j = V.cols() - (c - kept); j < V.cols(); ++j) {
+    Vec unused;
+    if (cl.confirmed) V = cl.vnull;
+    else null_space(cl, tau, V, unused);
+    for (Eigen::Index j = 0; j < V.cols(); ++j) {
       Vec v = Vec::Zero(n);
       for (int i = 0; i < c; ++i) v(cl.cols[i]) = V(i, j);
       basis.push_back(v);
