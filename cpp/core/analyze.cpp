@@ -9,6 +9,9 @@
 #include <numeric>
 #include <optional>
 
+#include <Eigen/QR>
+#include <Eigen/SVD>
+
 #include "core/cold.hpp"
 #include "core/folds.hpp"
 #include "core/measure.hpp"
@@ -161,6 +164,52 @@ BIASLAB_COLD std::string describe_directions(const Model& m, const ModelParam& p
   return std::to_string(k) + " of " + std::to_string(n) + " directions";
 }
 
+// The exact subspaces the theory predicts for a bias (all-ones; group-constant before a
+// GroupNorm; W_O^+ 1 for a value bias), as (n, j) matrices.
+BIASLAB_COLD std::vector<Mat> exact_candidates(const Model& m, const ModelParam& p) {
+  const int n = static_cast<int>(p.value.size());
+  std::vector<Mat> out{Mat::Ones(n, 1)};
+  const Next nx = next_op(m, p.op);
+  if (nx.op && nx.op->kind == OpKind::norm && nx.op->norm == NormKind::group && nx.op->groups > 1 &&
+      n % nx.op->groups == 0) {
+    const int G = nx.op->groups, per = n / G;
+    Mat S = Mat::Zero(n, G);
+    for (int g = 0; g < G; ++g) S.block(g * per, g, per, 1).setOnes();
+    out.push_back(S);
+  }
+  if (ends_with_local(p.name) == "v_proj.bias") {
+    const Mat& Wo = m.params[m.ops[p.op + 1].w].value;  // (F, F)
+    out.push_back(Mat(Eigen::MatrixXd(Wo).colPivHouseholderQr().solve(Eigen::VectorXd::Ones(Wo.rows()))));
+  }
+  return out;
+}
+
+// The null basis with each exact candidate subspace it contains (to 1e-6) put in exactly. A
+// basis taken from computed Jacobians is only as accurate as their rounding allows: where a
+// Jacobian is nearly degenerate (one token into a LayerNorm, whose eps damps the rest), that
+// is 1e-11 off the exact direction, enough for a move along it to show above the floor. The
+// snapped basis spans the same space to that accuracy; the verdict's probe then measures it.
+BIASLAB_COLD void snap_null_basis(const Model& m, const ModelParam& p, Structure& st) {
+  const int n = st.size, k = st.redundant_dim;
+  if (!st.determined || k == 0 || k == n) return;
+  Eigen::MatrixXd B = st.null_basis;
+  for (const Mat& cand : exact_candidates(m, p)) {
+    const int j = static_cast<int>(cand.cols());
+    if (j > k) continue;
+    Eigen::HouseholderQR<Eigen::MatrixXd> qr{Eigen::MatrixXd(cand)};
+    const Eigen::MatrixXd Q = qr.householderQ() * Eigen::MatrixXd::Identity(n, j);
+    if ((Q - B * (B.transpose() * Q)).norm() > 1e-6 * std::sqrt(double(j))) continue;
+    // The rest of the basis: B's part orthogonal to Q, k - j directions.
+    const Eigen::MatrixXd R = B - Q * (Q.transpose() * B);
+    Eigen::BDCSVD<Eigen::MatrixXd> svd(R, Eigen::ComputeThinU);
+    Eigen::MatrixXd nb(n, k);
+    nb.leftCols(j) = Q;
+    if (k > j) nb.rightCols(k - j) = svd.matrixU().leftCols(k - j);
+    st.null_basis = nb;
+    return;
+  }
+}
+
 const char* verdict_for(int k, int n) {
   return k == n ? "redundant" : k == 0 ? "effective" : "partly_redundant";
 }
@@ -220,28 +269,12 @@ std::string json_path(const std::string& dotted) {
 // at most (fewer when it is sparse). Refuse up front what would not fit, naming the layer.
 constexpr double kMaxJacobianEntries = 64.0 * 1024 * 1024;
 
-// Estimated floating-point work of the structural analysis: per bias direction, the JVP through
-// every op after the bias up to the trailing linear maps it skips, over a typical 3 inputs.
+// Estimated floating-point work of the structural analysis, over a typical 3 inputs per bias
+// (refused up front above this); a bias whose rank needs more inputs has a budget of its own
+// at run time (StructureOptions::max_flops) and says so in its row when it runs out.
 constexpr double kMaxStructuralFlops = 2e11;  // about 40 s natively, 2 min in wasm
 
-double structural_flops(const Model& m, const ModelParam& p) {
-  const double N = double(m.batch) * m.tokens, B = m.batch, T = m.tokens;
-  const int cut = trailing_cut(m, p.op);
-  double per_direction = 0;
-  for (int i = p.op; i < cut; ++i) {
-    const Op& op = m.ops[i];
-    const double F = op.in;
-    if (op.kind == OpKind::attention) {
-      const double core = 4 * B * T * T * F;
-      // A q/k/v bias enters after the projections and touches one head per direction.
-      per_direction += i == p.op ? core / op.heads : 6 * N * F * F + core;
-    } else if (i > p.op) {
-      if (op.kind == OpKind::linear) per_direction += 2 * N * op.in * op.out;
-      else per_direction += 10 * N * F;
-    }
-  }
-  return 3.0 * double(p.value.size()) * per_direction;
-}
+double structural_flops(const Model& m, const ModelParam& p) { return 3.0 * structural_flops_per_input(m, p); }
 
 BIASLAB_COLD std::optional<Error> check_work(const Model& m) {
   const double N = double(m.batch) * m.tokens;
@@ -283,9 +316,10 @@ BIASLAB_COLD json analyse_biases(Context& c) {
     const ModelParam& p = c.model.params[pi];
     c.step("structure of " + p.name, 0.05 + 0.6 * bi / std::max(1, nb));
     const auto t_solve = std::chrono::steady_clock::now();
-    const Structure st = c.solver->solve(pi, c.opt.cancelled);
+    Structure st = c.solver->solve(pi, c.opt.cancelled);
     const double solve_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t_solve).count();
     if (c.opt.cancelled && c.opt.cancelled()) throw Cancelled{};
+    snap_null_basis(c.model, p, st);
     const int n = st.size, k = st.redundant_dim;
     const Vec u = unit_rms_direction(c.cfg.seed, "perturb." + p.name, n);
     c.structures.push_back(st);
@@ -295,12 +329,18 @@ BIASLAB_COLD json analyse_biases(Context& c) {
     c.unit_runs.push_back(c.ev->run(pi, &value));
     c.null_runs.emplace_back();
     const Delta full = Evaluator::compare(c.ev->base(), c.unit_runs.back());
-    json row = {{"param", p.name}, {"size", n}, {"redundant_dim", k}};
+    json row = {{"param", p.name}, {"size", n}};
+    row["redundant_dim"] = st.determined ? json(k) : json(nullptr);
+    row["redundant_dim_min"] = st.redundant_dim_min;
+    row["redundant_dim_max"] = st.redundant_dim_max;
     // Measured verdict: a random full-size perturbation below the floor changes nothing; else
-    // the structural null space is probed on its own.
+    // the structural null space is probed on its own. Without a structural answer there is no
+    // verdict: the measured change is still reported.
     std::string verdict;
     json parts = json::object();
-    if (!full.above_floor()) {
+    if (!st.determined) {
+      verdict = "undetermined";
+    } else if (!full.above_floor()) {
       verdict = "redundant";
     } else if (k > 0 && k < n) {
       Rng rng(c.cfg.seed, "null." + p.name);
@@ -320,37 +360,50 @@ BIASLAB_COLD json analyse_biases(Context& c) {
     } else {
       verdict = "effective";
     }
-    const std::string expected = verdict_for(k, n);
     row["verdict"] = verdict;
     row.update(delta_json(full));
     row["perturbation_rms"] = 1.0;
-    row["consistent"] = verdict == expected;
-    if (verdict != expected) {
-      if (verdict == "effective")
-        row["note"] = "the " + std::to_string(k) + " null directions of the Jacobian (first order, at the sampled inputs) "
-                      "change the output under a finite perturbation: the redundancy is local only (for example "
-                      "units that no sampled input activates)";
-      else
-        row["note"] = "on this input the perturbation's effect stays below the noise floor although, over " +
-                      std::to_string(st.samples) + " inputs, the structure finds " + std::to_string(n - k) +
-                      " effective directions: this input does not exercise them (inactive units, or an effect "
-                      "smaller than rounding)";
+    if (!st.determined) {
+      row["consistent"] = nullptr;
+      row["undetermined_reason"] = st.stop_note;
+    } else {
+      const std::string expected = verdict_for(k, n);
+      row["consistent"] = verdict == expected;
+      if (verdict != expected) {
+        if (verdict == "effective")
+          row["note"] = "the " + std::to_string(k) + " null directions of the Jacobian (first order, at the sampled inputs) "
+                        "change the output under a finite perturbation: the redundancy is local only (for example "
+                        "units that no sampled input activates)";
+        else
+          row["note"] = "on this input the perturbation's effect stays below the noise floor although, over " +
+                        std::to_string(st.samples) + " inputs, the structure finds " + std::to_string(n - k) +
+                        " effective directions: this input does not exercise them (inactive units, or an effect "
+                        "smaller than rounding)";
+      }
     }
-    const std::string dirs = describe_directions(c.model, p, st);
-    row["why"] = explain(c.model, p, k, n, dirs);
+    const std::string dirs = st.determined ? describe_directions(c.model, p, st) : "undetermined";
+    row["why"] = explain(c.model, p, st.determined ? k : 0, n, dirs);
     row["directions"] = dirs;
     row["absorbed_by"] = nullptr;
     if (!parts.empty()) row["parts"] = parts;
     c.solve_ms[p.name] = solve_ms;
-    row["structure"] = {{"samples", st.samples},        {"clusters", st.clusters},
-                        {"input_independent", st.input_independent},
-                        {"rank_history", st.rank_history},
-                        {"null_sigma_max", num(st.null_max)},
-                        {"kept_sigma_min", num(st.kept_min)},
-                        {"jacobian_at", st.cut < static_cast<int>(c.model.ops.size())
-                                            ? "input of " + c.model.ops[st.cut].layer + (c.model.ops[st.cut].kind == OpKind::linear && c.model.ops[st.cut].layer == c.model.ops[p.op].layer ? " o_proj" : "")
-                                            : "output"}};
-    if (k > 0 && k < n && k <= 4) {
+    json structure = {{"samples", st.samples},        {"clusters", st.clusters},
+                      {"input_independent", st.input_independent},
+                      {"rank_history", st.rank_history},
+                      {"inputs_history", st.inputs_history},
+                      {"stop_rule", stop_rule_name(st.stop)},
+                      {"stop_note", st.stop_note},
+                      {"null_sigma_max", st.determined ? num(st.null_max) : json(nullptr)},
+                      {"kept_sigma_min", st.determined ? num(st.kept_min) : json(nullptr)},
+                      {"jacobian_at", st.cut < static_cast<int>(c.model.ops.size())
+                                          ? "input of " + c.model.ops[st.cut].layer + (c.model.ops[st.cut].kind == OpKind::linear && c.model.ops[st.cut].layer == c.model.ops[p.op].layer ? " o_proj" : "")
+                                          : "output"}};
+    if (st.kinked) {
+      structure["final_run"] = st.final_run;
+      structure["inactive_units"] = st.inactive_units;
+    }
+    row["structure"] = structure;
+    if (st.determined && k > 0 && k < n && k <= 4) {
       json basis = json::array();
       for (int j = 0; j < k; ++j) {
         json v = json::array();
@@ -627,7 +680,7 @@ BIASLAB_COLD json analyse_sweep(Context& c) {
     };
     auto [delta, floor] = run(c.directions[bi], &c.unit_runs[bi]);
     json row = {{"param", p.name}, {"delta", delta}, {"noise_floor", floor}};
-    if (st.redundant_dim > 0 && st.redundant_dim < st.size) {
+    if (st.determined && st.redundant_dim > 0 && st.redundant_dim < st.size) {
       Rng rng(c.cfg.seed, "null." + p.name);
       Vec g(st.redundant_dim);
       for (int i = 0; i < g.size(); ++i) g(i) = rng.normal();
@@ -698,25 +751,39 @@ BIASLAB_COLD json analyze(const ExperimentConfig& cfg, const AnalyzeOptions& opt
     lap("sweep");
     int structural_inputs = 0;
     for (const auto& s : c.structures) structural_inputs = std::max(structural_inputs, s.samples);
+    const StructureOptions& so = c.solver->options();
     report["structural"] = {{"precision", "float64"},
                             {"inputs_made", c.pool->made()},
                             {"max_inputs_per_bias", structural_inputs},
                             {"tolerance", "singular value <= 1e-8 x reference (JVP of a random per-token perturbation of the same tensor)"},
-                            {"sigma_note", "null_sigma_max and kept_sigma_min are relative to the reference; an input that only confirms "
-                                           "the null space is stacked along it alone, so kept_sigma_min then comes from the inputs before "
-                                           "it (a lower bound)"}};
+                            {"stopping_rules",
+                             "full_rank: the rank reached the bias's size; input_independent: no op on the way treats tokens "
+                             "differently, so one input decides; no_gain: nothing kinked on the way, and an input added no rank "
+                             "(the Jacobian is analytic in the input: a further random input that could add rank does so with "
+                             "probability 1); no_gain_kinked: a ReLU on the way, and a run of at least " +
+                                 std::to_string(so.kink_patience) +
+                                 " inputs (and twice the longest run before the last gain) added no rank and activated no unit for "
+                                 "the first time; budget: a limit ran out first, and the row is undetermined with the bounds found"},
+                            {"budget", {{"max_inputs", so.max_samples}, {"max_flops_per_bias", so.max_flops}}},
+                            {"steps_note", "rank_history holds the rank after each step and inputs_history the inputs stacked by then: "
+                                           "a step stacks as many inputs as the rate of gain says the rest of the rank needs"},
+                            {"sigma_note", "null_sigma_max and kept_sigma_min are relative to the reference; inputs that only confirm "
+                                           "the null space are stacked along it alone, so kept_sigma_min then comes from the inputs before "
+                                           "them (a lower bound)"}};
     long n_params = count_parameters(c.net);
-    int red = 0, part = 0, eff = 0;
+    int red = 0, part = 0, eff = 0, undetermined = 0;
     for (const auto& b : biases) {
       const std::string v = b["verdict"];
       red += v == "redundant";
       part += v == "partly_redundant";
       eff += v == "effective";
+      undetermined += v == "undetermined";
     }
     int exact = 0;
     for (const auto& f : folds) exact += f["exact"].get<bool>();
     report["summary"] = {{"parameters", n_params}, {"biases", biases.size()},   {"redundant", red},
-                         {"partly_redundant", part}, {"effective", eff},        {"folds", folds.size()},
+                         {"partly_redundant", part}, {"effective", eff},        {"undetermined", undetermined},
+                         {"folds", folds.size()},
                          {"exact_folds", exact}};
     timing["structure_per_bias"] = c.solve_ms;
     timing["total"] = ms();

@@ -12,15 +12,69 @@
 
 namespace biaslab {
 
+namespace {
+
+double trace_bytes(const Trace& t) {
+  double b = 0;
+  for (const Mat& x : t.inputs) b += double(x.size());
+  for (const AttentionCache& a : t.attention) {
+    b += double(a.q.size() + a.k.size() + a.v.size());
+    for (const Mat& p : a.probs) b += double(p.size());
+  }
+  return 8 * b;
+}
+
+}  // namespace
+
 const Trace& TracePool::get(int k) {
   if (w_.empty()) w_ = cast_weights<double>(m_);
-  while (static_cast<int>(traces_.size()) <= k) {
+  made_ = std::max(made_, k + 1);
+  if (k < static_cast<int>(traces_.size())) return traces_[k];
+  if (k == scratch_k_) return scratch_;
+  // Kept in order while they fit: the inputs before k are made (and kept) first.
+  while (static_cast<int>(traces_.size()) <= k && bytes_ < max_bytes_) {
     Trace t;
     const Mat x = draw_input(cfg_, static_cast<int>(traces_.size()) + 1);
     forward<double>(m_, w_, x, {}, &t);
+    bytes_ += trace_bytes(t);
     traces_.push_back(std::move(t));
   }
-  return traces_[k];
+  if (k < static_cast<int>(traces_.size())) return traces_[k];
+  scratch_ = Trace();
+  forward<double>(m_, w_, draw_input(cfg_, k + 1), {}, &scratch_);
+  scratch_k_ = k;
+  return scratch_;
+}
+
+const char* stop_rule_name(StopRule r) {
+  switch (r) {
+    case StopRule::full_rank: return "full_rank";
+    case StopRule::no_gain: return "no_gain";
+    case StopRule::no_gain_kinked: return "no_gain_kinked";
+    case StopRule::input_independent: return "input_independent";
+    case StopRule::budget: return "budget";
+    case StopRule::cancelled: return "cancelled";
+  }
+  return "";
+}
+
+double structural_flops_per_input(const Model& m, const ModelParam& p) {
+  const double N = double(m.batch) * m.tokens, B = m.batch, T = m.tokens;
+  const int cut = trailing_cut(m, p.op);
+  double per_direction = 0;
+  for (int i = p.op; i < cut; ++i) {
+    const Op& op = m.ops[i];
+    const double F = op.in;
+    if (op.kind == OpKind::attention) {
+      const double core = 4 * B * T * T * F;
+      // A q/k/v bias enters after the projections and touches one head per direction.
+      per_direction += i == p.op ? core / op.heads : 6 * N * F * F + core;
+    } else if (i > p.op) {
+      if (op.kind == OpKind::linear) per_direction += 2 * N * op.in * op.out;
+      else per_direction += 10 * N * F;
+    }
+  }
+  return double(p.value.size()) * per_direction;
 }
 
 namespace {
@@ -48,14 +102,16 @@ struct SparseCol {
 
 struct Cluster {
   std::vector<int> cols;  // bias coordinates, ascending
-  ColMat R;               // (<= cols.size(), cols.size()): R^T R = stacked J^T J on these columns
+  ColMat R;               // rows whose Gram matrix is the stacked J^T J on these columns
+                          // (triangular after a rank decision, unless certified full from Gram)
   Vec sv;                 // singular values of the stacked Jacobian on these columns
   bool full = false;      // certified of full column rank from the Gram matrix (R not formed)
-  // Set when the last input only confirmed the null space (see confirm_null_space): an
-  // orthonormal basis of it and the singular values of the stack along it.
-  bool confirmed = false;
+  // For confirming inputs: an orthonormal basis of the null space at the last rank decision,
+  // R's singular values along it, and the rows that confirming inputs added along it (J V,
+  // compressed), which the next full factorisation takes in as S V^T.
   ColMat vnull;
-  Vec snull;
+  Vec snull0;
+  ColMat snull;
 };
 
 // The numerical null space of a factored cluster: the right singular vectors whose singular
@@ -66,6 +122,10 @@ void null_space(const Cluster& cl, double tau, ColMat& v, Vec& s) {
   for (Eigen::Index i = 0; i < cl.sv.size(); ++i) kept += cl.sv(i) > tau;
   const Eigen::Index d = c - kept;
   s = Vec::Zero(d);
+  if (d == 0) {
+    v = ColMat(c, 0);
+    return;
+  }
   if (kept == 0 || cl.R.rows() == 0) {
     v = ColMat::Identity(c, c).rightCols(d);
     for (Eigen::Index i = 0; i < d && i < cl.sv.size(); ++i) s(i) = cl.sv(i);
@@ -136,6 +196,75 @@ int StructureSolver::injective_cut(int start) {
   return cut;
 }
 
+namespace {
+
+// The columns of one input's Jacobian as sparse vectors, and its reference scale. Column a is
+// the output tangent of the broadcast direction e_a; a broadcast tangent is the column
+// 1_N (x) v, kept as w rows scaled by sqrt(N) (the same Gram matrix as N*w rows).
+struct InputJacobian {
+  std::vector<SparseCol> cols;
+  Eigen::Index rows = 0;       // rows of the dense Jacobian (N * output width)
+  bool broadcast = true;       // every column stayed broadcast: the Jacobian is input independent
+};
+
+// Seeds `dirs` (n, d): column j is a bias direction. Returns the output tangents as a
+// (rows, d) column-major matrix (rows = N * width, or width scaled by sqrt(N) when broadcast).
+ColMat tangents(const Model& m, const Trace& tr, int param, const ColMat& dirs, int cut, long chunk_elements,
+                bool* all_broadcast, const std::function<bool()>& cancelled, bool* stopped) {
+  const int n = static_cast<int>(dirs.rows()), d = static_cast<int>(dirs.cols());
+  const int N = static_cast<int>(tr.inputs[0].rows());
+  const int w = cut < static_cast<int>(m.ops.size()) ? m.ops[cut].in : m.out_features;
+  const long per_dir = std::max<long>(1, long(N) * std::max(w, n));
+  const int chunk = static_cast<int>(std::max<long>(1, std::min<long>(std::max(d, 1), chunk_elements / per_dir)));
+  ColMat out;
+  bool bc_all = true;
+  std::vector<std::pair<int, Mat>> parts;
+  for (int a0 = 0; a0 < d; a0 += chunk) {
+    if (cancelled && cancelled()) {
+      *stopped = true;
+      return ColMat();
+    }
+    const int c = std::min(chunk, d - a0);
+    Seed s{param, Mat(c, n), true};
+    for (int a = 0; a < c; ++a) s.values.row(a) = dirs.col(a0 + a).transpose();
+    bool bc = false;
+    parts.emplace_back(a0, jvp(m, tr, s, c, cut, &bc));
+    if (!bc) bc_all = false;
+    if (bc) parts.back().first = -1 - a0;  // marks a compact part
+  }
+  const Eigen::Index rows = bc_all ? w : Eigen::Index(N) * w;
+  out = ColMat::Zero(rows, d);
+  for (auto& [tag, t] : parts) {
+    const bool compact = tag < 0;
+    const int a0 = compact ? -1 - tag : tag;
+    const int c = static_cast<int>(compact ? t.rows() : t.rows() / N);
+    const Eigen::Index len = compact ? w : Eigen::Index(N) * w;
+    for (int a = 0; a < c; ++a) {
+      const double* v = t.data() + Eigen::Index(a) * len;
+      if (compact && !bc_all) {  // expand 1_N (x) v
+        for (int r = 0; r < N; ++r)
+          for (int j = 0; j < w; ++j) out(Eigen::Index(r) * w + j, a0 + a) = v[j];
+      } else {
+        const double sc = compact ? std::sqrt(double(N)) : 1.0;
+        for (Eigen::Index r = 0; r < len; ++r) out(r, a0 + a) = v[r] * sc;
+      }
+    }
+  }
+  *all_broadcast = bc_all;
+  return out;
+}
+
+// A tall factor compressed to its triangular R (the same Gram matrix).
+void compress(ColMat& R, double* flops) {
+  const Eigen::Index c = R.cols();
+  if (R.rows() <= c) return;
+  *flops += 2.0 * double(R.rows()) * double(c) * double(c);
+  Eigen::HouseholderQR<ColMat> qr(R);
+  R = ColMat(qr.matrixQR().topRows(c).triangularView<Eigen::Upper>());
+}
+
+}  // namespace
+
 Structure StructureSolver::solve(int param, const std::function<bool()>& cancelled) {
   const ModelParam& p = m_.params[param];
   const int n = static_cast<int>(p.value.size());
@@ -144,6 +273,14 @@ Structure StructureSolver::solve(int param, const std::function<bool()>& cancell
   Structure out;
   out.size = n;
   out.cut = cut;
+  // Kinks on the tangent's way: their units' activity is tracked per input.
+  std::vector<int> kinks;
+  for (int i = start; i < cut; ++i)
+    if (m_.ops[i].kind == OpKind::activation && m_.ops[i].act == LayerType::relu) kinks.push_back(i);
+  out.kinked = !kinks.empty();
+  std::vector<std::vector<char>> ever_active(kinks.size());
+  for (size_t i = 0; i < kinks.size(); ++i) ever_active[i].assign(static_cast<size_t>(m_.ops[kinks[i]].in), 0);
+  const double jvp_cost = structural_flops_per_input(m_, p);
 
   UnionFind uf(n);
   std::map<int, Cluster> clusters;  // by union-find root
@@ -151,23 +288,59 @@ Structure StructureSolver::solve(int param, const std::function<bool()>& cancell
   std::vector<SparseCol> cols;
   std::vector<int> owner, rowpos, pos(n, -1);
   double tau = 0;
-  for (int k = 0; k < opt_.max_samples; ++k) {
-    const Trace& tr = pool_.get(k);
+  int rank = 0, run = 0, longest_run = 0, inputs = 0;
+  int step_size = 1;
+  bool confirm_mode = false;  // the last step added no rank: inputs first try to confirm
+  bool null_ready = false;    // every cluster's vnull/snull matches its R and tau
+  double last_input_cost = jvp_cost;
+  auto stop_cancelled = [&]() {
+    out.stop = StopRule::cancelled;
+    out.determined = false;
+    return out;
+  };
+
+  // The rank of every cluster from its rows (factoring them), with tau for all inputs so far.
+  auto decide = [&]() {
+    tau = opt_.tol_rel * std::sqrt(ref_sq);
+    bool all_full = true;
+    for (auto& [root, cl] : clusters) {  // full rank everywhere is settled by Gram matrices alone
+      cl.sv = gram_singular_values(cl.R, tau);
+      cl.full = cl.sv.size() > 0;
+      if (!cl.full) {
+        all_full = false;
+        break;
+      }
+    }
+    int r = 0;
+    for (auto& [root, cl] : clusters) {
+      if (!all_full) {
+        compress(cl.R, &out.flops);
+        cl.full = false;
+        cl.sv = singular_values(cl.R);
+        out.flops += 12.0 * std::pow(double(cl.R.cols()), 3);
+      }
+      for (Eigen::Index i = 0; i < cl.sv.size(); ++i) r += cl.sv(i) > tau;
+    }
+    null_ready = false;
+    return r;
+  };
+
+  // Null bases of every cluster (for confirming inputs), from the factored rows.
+  auto prepare_null = [&]() {
+    for (auto& [root, cl] : clusters) {
+      null_space(cl, tau, cl.vnull, cl.snull0);
+      cl.snull = ColMat(0, cl.vnull.cols());
+      if (cl.vnull.cols() > 0) out.flops += 12.0 * std::pow(double(cl.cols.size()), 3);
+    }
+    null_ready = true;
+  };
+
+  // Every unit direction's tangent on one input, kept as sparse columns in `cols`; returns the
+  // rows of the dense Jacobian (N * width, or width when every tangent stayed broadcast).
+  Eigen::Index rows = 0;
+  auto unit_columns = [&](const Trace& tr, bool* all_bc, bool* stopped) {
     const int N = static_cast<int>(tr.inputs[0].rows());
-
-    // Reference scale: a random perturbation of the same tensor that differs per token (unit
-    // norm per token, like a unit broadcast direction) is generically visible in the output.
-    Rng rng(0x5eedULL + static_cast<std::uint64_t>(k), p.name);
-    Seed ref{param, Mat(N, n)};
-    for (int r = 0; r < N; ++r)
-      for (int j = 0; j < n; ++j) ref.values(r, j) = rng.normal() / std::sqrt(double(n));
-    const Mat dref = jvp(m_, tr, ref, 1, cut);
-    ref_sq += dref.squaredNorm();
-    const int w = static_cast<int>(dref.cols());
-    const Eigen::Index rows = Eigen::Index(N) * w;
-
-    // The Jacobian on this input, column a = output tangent of the broadcast direction e_a,
-    // kept as its non-zero entries (a direction inside attention touches one head only).
+    const int w = cut < static_cast<int>(m_.ops.size()) ? m_.ops[cut].in : m_.out_features;
     const long per_dir = std::max<long>(1, long(N) * std::max(w, n));
     const int chunk = static_cast<int>(std::max<long>(1, std::min<long>(n, opt_.chunk_elements / per_dir)));
     for (auto& cl : cols) {
@@ -176,16 +349,18 @@ Structure StructureSolver::solve(int param, const std::function<bool()>& cancell
     }
     cols.resize(n);
     bool all_broadcast = true;
+    rows = Eigen::Index(N) * w;
     for (int a0 = 0; a0 < n; a0 += chunk) {
-      if (cancelled && cancelled()) return out;
+      if (cancelled && cancelled()) {
+        *stopped = true;
+        return;
+      }
       const int c = std::min(chunk, n - a0);
       Seed s{param, Mat::Zero(c, n), true};  // unit directions, the same for every token
       for (int a = 0; a < c; ++a) s.values(a, a0 + a) = 1.0;
       bool bc = false;
       const Mat d = jvp(m_, tr, s, c, cut, &bc);
       all_broadcast = all_broadcast && bc;
-      // A broadcast tangent is the column 1_N (x) v: the same rank and null space as v scaled by
-      // sqrt(N), kept as w rows instead of N*w.
       const Eigen::Index len = bc ? w : rows;
       const double sc_factor = bc ? std::sqrt(double(N)) : 1.0;
       for (int a = 0; a < c; ++a) {
@@ -200,7 +375,131 @@ Structure StructureSolver::solve(int param, const std::function<bool()>& cancell
           }
       }
     }
+    // (Whether a tangent stays broadcast depends on the ops on the way, not on the direction:
+    // every chunk agrees.)
+    out.flops += jvp_cost;
+    *all_bc = all_broadcast;
+  };
 
+  // One input along the null space found so far: rows cannot lower a rank, so the rank can grow
+  // only there. The input's tangents along the null vectors, Y = J V, are stacked under what
+  // earlier confirming inputs added; the input confirms the null space when every singular
+  // value stays <= tau, every kept one stays > tau, and Y is at the level of rounding (else the
+  // basis, taken from earlier inputs, is less accurate than this input can tell, and the full
+  // stack is factored instead). Y comes from d seeded JVPs when the null space is small, else
+  // from the unit columns (then kept in `cols` for the full path: *have_cols).
+  auto try_confirm = [&](const Trace& tr, double ref_k, double tau_now, bool* have_cols, bool* stopped) {
+    int d_total = 0;
+    for (auto& [root, cl] : clusters) {
+      for (Eigen::Index i = 0; i < cl.sv.size(); ++i)
+        if (cl.sv(i) > tau && !(cl.sv(i) > tau_now)) return false;  // kept before, not now
+      d_total += static_cast<int>(cl.vnull.cols());
+    }
+    if (d_total == 0) return true;
+    const int N = static_cast<int>(tr.inputs[0].rows());
+    const int w = cut < static_cast<int>(m_.ops.size()) ? m_.ops[cut].in : m_.out_features;
+    std::vector<ColMat> Ys;  // per cluster (in map order): (rows it touches, its null dimension)
+    if (4L * d_total <= n && double(N) * w * d_total <= 8e6) {
+      ColMat dirs = ColMat::Zero(n, d_total);
+      std::vector<std::pair<int, int>> span;  // per cluster: first column, count
+      int at = 0;
+      for (auto& [root, cl] : clusters) {
+        const int dc = static_cast<int>(cl.vnull.cols());
+        for (int j = 0; j < dc; ++j)
+          for (size_t i = 0; i < cl.cols.size(); ++i) dirs(cl.cols[i], at + j) = cl.vnull(static_cast<Eigen::Index>(i), j);
+        span.push_back({at, dc});
+        at += dc;
+      }
+      bool bc = false;
+      const ColMat Y = tangents(m_, tr, param, dirs, cut, opt_.chunk_elements, &bc, cancelled, stopped);
+      out.flops += jvp_cost * double(d_total) / std::max(1, n);
+      if (*stopped) return false;
+      // Each cluster's tangents must stay on rows no other cluster's tangents touch (else this
+      // input couples clusters, and the full path merges them).
+      std::vector<int> row_owner(static_cast<size_t>(Y.rows()), -1);
+      for (size_t ci = 0; ci < span.size(); ++ci)
+        for (int j = span[ci].first; j < span[ci].first + span[ci].second; ++j)
+          for (Eigen::Index r = 0; r < Y.rows(); ++r)
+            if (Y(r, j) != 0.0) {
+              if (row_owner[r] >= 0 && row_owner[r] != static_cast<int>(ci)) return false;
+              row_owner[r] = static_cast<int>(ci);
+            }
+      for (size_t ci = 0; ci < span.size(); ++ci) {
+        std::vector<Eigen::Index> rws;
+        for (Eigen::Index r = 0; r < Y.rows(); ++r)
+          if (row_owner[r] == static_cast<int>(ci)) rws.push_back(r);
+        ColMat Yc(static_cast<Eigen::Index>(rws.size()), span[ci].second);
+        for (size_t r = 0; r < rws.size(); ++r) Yc.row(static_cast<Eigen::Index>(r)) = Y.block(rws[r], span[ci].first, 1, span[ci].second);
+        Ys.push_back(std::move(Yc));
+      }
+    } else {
+      bool bc = false;
+      unit_columns(tr, &bc, stopped);
+      if (*stopped) return false;
+      *have_cols = true;
+      owner.assign(static_cast<size_t>(rows), -1);
+      int ci = 0;
+      for (auto& [root, cl] : clusters) {
+        for (int a : cl.cols)
+          for (int r : cols[a].rows) {
+            if (owner[r] >= 0 && owner[r] != ci) return false;
+            owner[r] = ci;
+          }
+        ++ci;
+      }
+      rowpos.assign(static_cast<size_t>(rows), -1);
+      ci = 0;
+      for (auto& [root, cl] : clusters) {
+        const Eigen::Index c = static_cast<Eigen::Index>(cl.cols.size());
+        int count = 0;
+        for (int a : cl.cols)
+          for (int r : cols[a].rows)
+            if (rowpos[r] < 0) rowpos[r] = count++;
+        ColMat J = ColMat::Zero(count, c);
+        for (Eigen::Index j = 0; j < c; ++j) {
+          const SparseCol& sc = cols[cl.cols[j]];
+          for (size_t e = 0; e < sc.rows.size(); ++e) J(rowpos[sc.rows[e]], j) = sc.vals[e];
+        }
+        Ys.push_back(cl.vnull.cols() > 0 ? ColMat(J * cl.vnull) : ColMat(count, 0));
+        out.flops += 2.0 * double(count) * double(c) * double(cl.vnull.cols());
+        ++ci;
+      }
+    }
+    const double accurate = opt_.confirm_rel * ref_k;
+    std::vector<ColMat> next;
+    size_t ci = 0;
+    for (auto& [root, cl] : clusters) {
+      const ColMat& Yc = Ys[ci++];
+      const Eigen::Index dc = cl.vnull.cols();
+      if (dc == 0) {
+        next.emplace_back();
+        continue;
+      }
+      // Tangents above rounding: the rank may grow, or the basis is less accurate than this
+      // input can tell. Either way the full stack decides.
+      if (Yc.rows() > 0 && Yc.colwise().norm().maxCoeff() > accurate) return false;
+      ColMat S(cl.snull.rows() + Yc.rows(), dc);
+      S.topRows(cl.snull.rows()) = cl.snull;
+      S.bottomRows(Yc.rows()) = Yc;
+      compress(S, &out.flops);
+      ColMat all(dc + S.rows(), dc);
+      all.topRows(dc) = cl.snull0.asDiagonal();
+      all.bottomRows(S.rows()) = S;
+      const Vec s_new = singular_values(all);
+      if (s_new.size() > 0 && s_new(0) > tau_now) return false;
+      next.push_back(std::move(S));
+    }
+    ci = 0;
+    for (auto& [root, cl] : clusters) {
+      if (cl.vnull.cols() > 0) cl.snull = std::move(next[ci]);
+      ++ci;
+    }
+    return true;
+  };
+
+  // The full path for one input: the clusters of columns that share output entries, and the
+  // input's rows stacked under each cluster's factor.
+  auto stack_full = [&]() {
     // Columns that share a non-zero output entry belong together. A column with an entry in
     // every row shares one with every non-empty column: one cluster, no entry-by-entry pass.
     owner.assign(static_cast<size_t>(rows), -1);
@@ -224,185 +523,279 @@ Structure StructureSolver::solve(int param, const std::function<bool()>& cancell
       if (owner[r] >= 0) group_rows[uf.find(owner[r])].push_back(static_cast<int>(r));
     rowpos.assign(static_cast<size_t>(rows), -1);
 
-    // A further input that leaves the clusters as they were usually only confirms the null
-    // space found so far. Rows only raise singular values, so the rank can grow only along
-    // that space: stacking this input's Jacobian J under R changes the small singular values
-    // to those of [S_null; J V_null] (up to couplings of second order in the small terms),
-    // an (d + rows) x d problem instead of the QR of all rows x all columns. When every one
-    // stays <= tau (and every kept one stays > tau), the rank is unchanged and, if that ends
-    // the loop, the stack is never factored. Otherwise this input takes the full path below.
-    const double tau_now = opt_.tol_rel * std::sqrt(ref_sq);
-    // Tried only where the rank did not just grow (the few-tokens trap gains rank input after
-    // input: there the attempt would fail every time).
-    const bool would_stop = k >= 1 && k + 1 >= opt_.min_samples && k >= opt_.patience &&
-                            out.rank_history[k - 1] == out.rank_history[k - opt_.patience];
-    const bool grew_last = k >= 2 && out.rank_history[k - 1] != out.rank_history[k - 2];
-    if (would_stop && !grew_last && group_cols.size() == clusters.size()) {
-      bool confirmed = true;
-      int rank = 0;
-      for (auto& [root, cl] : clusters) {
-        if (group_cols.count(root) == 0 || group_cols[root].size() != cl.cols.size()) {
-          confirmed = false;
-          break;
-        }
-        Eigen::Index kept = 0;
-        for (Eigen::Index i = 0; i < cl.sv.size(); ++i) {
-          if (cl.sv(i) > tau && !(cl.sv(i) > tau_now)) confirmed = false;  // kept before, not now
-          kept += cl.sv(i) > tau_now;
-        }
-        rank += static_cast<int>(kept);
-        const Eigen::Index c = static_cast<Eigen::Index>(cl.cols.size());
-        if (!confirmed) break;
-        if (kept == c) continue;  // of full rank: more rows cannot lower it
-        ColMat vn;
-        Vec sn;
-        null_space(cl, tau_now, vn, sn);
-        const std::vector<int>& rws = group_rows[root];
-        for (size_t i = 0; i < rws.size(); ++i) rowpos[rws[i]] = static_cast<int>(i);
-        Mat J = Mat::Zero(static_cast<Eigen::Index>(rws.size()), c);  // row-major, as the JVPs
-        for (Eigen::Index j = 0; j < c; ++j) {
-          const SparseCol& sc = cols[cl.cols[j]];
-          for (size_t e = 0; e < sc.rows.size(); ++e) J(rowpos[sc.rows[e]], j) = sc.vals[e];
-        }
-        ColMat S(vn.cols() + J.rows(), vn.cols());
-        S.topRows(vn.cols()) = sn.asDiagonal();
-        if (kept == 0) S.bottomRows(J.rows()) = J;  // the null space is everything: V = I
-        else S.bottomRows(J.rows()) = J * Mat(vn);
-        // A column longer than tau already means a singular value above it: no SVD needed.
-        if (S.colwise().norm().maxCoeff() > tau_now) {
-          confirmed = false;
-          break;
-        }
-        const Vec s_new = singular_values(S);
-        if (s_new.size() > 0 && s_new(0) > tau_now) {
-          confirmed = false;
-          break;
-        }
-        cl.vnull = std::move(vn);
-        cl.snull = s_new;
-      }
-      if (confirmed) {
-        for (auto& [root, cl] : clusters) cl.confirmed = cl.vnull.cols() > 0;
-        tau = tau_now;
-        out.rank_history.push_back(rank);
-        out.samples = k + 1;
-        break;
-      }
-      for (auto& [root, cl] : clusters) {  // not confirmed: the full path recomputes everything
-        cl.vnull.resize(0, 0);
-        cl.snull.resize(0);
-      }
-    }
-
     std::map<int, Cluster> next;
     for (auto& [root, gcols] : group_cols) {
       for (size_t i = 0; i < gcols.size(); ++i) pos[gcols[i]] = static_cast<int>(i);
-      std::vector<const Cluster*> olds;
+      // The rows of merged clusters, and what confirming inputs added along their null spaces
+      // (S V^T: the same Gram matrix along V as those inputs' rows).
+      std::vector<const ColMat*> blocks;
+      std::vector<const std::vector<int>*> block_cols;
+      std::vector<ColMat> svt;
       Eigen::Index old_rows = 0;
       for (const auto& [oroot, oc] : clusters)
         if (uf.find(oroot) == root) {
-          olds.push_back(&oc);
+          blocks.push_back(&oc.R);
+          block_cols.push_back(&oc.cols);
           old_rows += oc.R.rows();
+          if (oc.snull.rows() > 0 && oc.vnull.cols() > 0) {
+            svt.push_back(oc.snull * oc.vnull.transpose());
+            blocks.push_back(&svt.back());
+            block_cols.push_back(&oc.cols);
+            old_rows += svt.back().rows();
+          }
         }
       const std::vector<int>& rws = group_rows[root];
       const Eigen::Index ncol = static_cast<Eigen::Index>(gcols.size());
       ColMat M = ColMat::Zero(old_rows + static_cast<Eigen::Index>(rws.size()), ncol);
       Eigen::Index at = 0;
-      for (const Cluster* oc : olds) {
-        for (size_t j = 0; j < oc->cols.size(); ++j)
-          M.block(at, pos[oc->cols[j]], oc->R.rows(), 1) = oc->R.col(static_cast<Eigen::Index>(j));
-        at += oc->R.rows();
+      for (size_t b = 0; b < blocks.size(); ++b) {
+        const ColMat& B = *blocks[b];
+        for (size_t j = 0; j < block_cols[b]->size(); ++j)
+          M.block(at, pos[(*block_cols[b])[j]], B.rows(), 1) = B.col(static_cast<Eigen::Index>(j));
+        at += B.rows();
       }
       for (size_t i = 0; i < rws.size(); ++i) rowpos[rws[i]] = static_cast<int>(i);
       for (Eigen::Index j = 0; j < ncol; ++j) {
         const SparseCol& sc = cols[gcols[j]];
         for (size_t e = 0; e < sc.rows.size(); ++e) M(at + rowpos[sc.rows[e]], j) = sc.vals[e];
       }
+      // Tall stacks are compressed as they grow (a triangular factor with the same Gram matrix).
+      if (M.rows() > 2 * ncol) compress(M, &out.flops);
       Cluster cl;
       cl.cols = gcols;
-      cl.R = std::move(M);  // factored below, unless every cluster is certified of full rank
+      cl.R = std::move(M);
       next[root] = std::move(cl);
     }
     clusters = std::move(next);
+    null_ready = false;
+  };
 
-    tau = opt_.tol_rel * std::sqrt(ref_sq);
-    // Full rank everywhere is settled by the Gram matrices alone (and the loop ends); at the
-    // first cluster that is not certified, every cluster is factored instead.
-    bool all_full = true;
-    for (auto& [root, cl] : clusters) {
-      cl.sv = gram_singular_values(cl.R, tau);
-      cl.full = cl.sv.size() > 0;
-      if (!cl.full) {
-        all_full = false;
-        break;
+  // Whether every null direction's tangent vanishes at the input of op `stop` (to rounding,
+  // relative to the reference there) on input `tr`.
+  auto null_vanishes_before = [&](const Trace& tr, int stop, bool* stopped) {
+    const int N = static_cast<int>(tr.inputs[0].rows());
+    Rng rng(0x5eedULL, p.name + ".kink");
+    Seed ref{param, Mat(N, n)};
+    for (int r = 0; r < N; ++r)
+      for (int j = 0; j < n; ++j) ref.values(r, j) = rng.normal() / std::sqrt(double(n));
+    const double ref_norm = jvp(m_, tr, ref, 1, stop).norm();
+    const double limit = opt_.confirm_rel * ref_norm;
+    std::vector<Vec> dirs;
+    for (auto& [root, cl] : clusters)
+      for (Eigen::Index j = 0; j < cl.vnull.cols(); ++j) {
+        Vec v = Vec::Zero(n);
+        for (size_t i = 0; i < cl.cols.size(); ++i) v(cl.cols[i]) = cl.vnull(static_cast<Eigen::Index>(i), j);
+        dirs.push_back(v);
+      }
+    const int d = static_cast<int>(dirs.size());
+    const int w = m_.ops[stop].in;
+    const int chunk = static_cast<int>(std::max<long>(1, std::min<long>(d, opt_.chunk_elements / std::max<long>(1, long(N) * std::max(w, n)))));
+    for (int a0 = 0; a0 < d; a0 += chunk) {
+      if (cancelled && cancelled()) {
+        *stopped = true;
+        return false;
+      }
+      const int c = std::min(chunk, d - a0);
+      Seed s{param, Mat(c, n), true};
+      for (int a = 0; a < c; ++a) s.values.row(a) = dirs[static_cast<size_t>(a0 + a)].transpose();
+      bool bc = false;
+      const Mat t = jvp(m_, tr, s, c, stop, &bc);
+      const Eigen::Index len = bc ? w : Eigen::Index(N) * w;
+      const double sc = bc ? std::sqrt(double(N)) : 1.0;
+      for (int a = 0; a < c; ++a) {
+        const double nrm = Eigen::Map<const Vec>(t.data() + Eigen::Index(a) * len, len).norm() * sc;
+        if (!(nrm <= limit)) return false;
       }
     }
-    int rank = 0;
-    for (auto& [root, cl] : clusters) {
-      if (!all_full) {
-        const ColMat& M = cl.R;
-        const Eigen::Index ncol = M.cols();
-        if (M.rows() == 0) {
-          cl.R = ColMat(0, ncol);
-        } else {
-          Eigen::HouseholderQR<ColMat> qr(M);
-          const Eigen::Index kr = std::min(M.rows(), ncol);
-          cl.R = ColMat(qr.matrixQR().topRows(kr).triangularView<Eigen::Upper>());
+    out.flops += jvp_cost * double(d) / std::max(1, n);
+    return true;
+  };
+  bool kink_checked = false, kink_irrelevant = false;
+
+  for (;;) {
+    // Plan the step: as many inputs as the rule or the rate of gain asks for, within budget.
+    const int want = std::max(1, step_size);
+    int done = 0;
+    bool full_path = false, stopped = false, new_units = false, input_independent = false;
+    for (int i = 0; i < want; ++i) {
+      if (inputs >= opt_.max_samples || out.flops + last_input_cost > opt_.max_flops) break;
+      if (cancelled && cancelled()) return stop_cancelled();
+      const double before = out.flops;
+      const Trace& tr = pool_.get(inputs);
+      const int N = static_cast<int>(tr.inputs[0].rows());
+      ++inputs;
+      ++done;
+      // Reference scale: a random perturbation of the same tensor that differs per token (unit
+      // norm per token, like a unit broadcast direction) is generically visible in the output.
+      Rng rng(0x5eedULL + static_cast<std::uint64_t>(inputs - 1), p.name);
+      Seed ref{param, Mat(N, n)};
+      for (int r = 0; r < N; ++r)
+        for (int j = 0; j < n; ++j) ref.values(r, j) = rng.normal() / std::sqrt(double(n));
+      const Mat dref = jvp(m_, tr, ref, 1, cut);
+      ref_sq += dref.squaredNorm();
+      out.flops += jvp_cost / std::max(1, n);
+      for (size_t q = 0; q < kinks.size(); ++q) {
+        const Mat& x = tr.inputs[static_cast<size_t>(kinks[q])];
+        for (Eigen::Index f = 0; f < x.cols(); ++f)
+          if (!ever_active[q][static_cast<size_t>(f)] && (x.col(f).array() > 0).any()) {
+            ever_active[q][static_cast<size_t>(f)] = 1;
+            new_units = new_units || inputs > 1;
+          }
+      }
+      bool have_cols = false;
+      if (confirm_mode) {
+        if (!null_ready) prepare_null();
+        const double tau_now = opt_.tol_rel * std::sqrt(ref_sq);
+        if (try_confirm(tr, dref.norm(), tau_now, &have_cols, &stopped)) {
+          last_input_cost = out.flops - before;
+          continue;
         }
-        cl.full = false;
-        cl.sv = singular_values(cl.R);
+        if (stopped) return stop_cancelled();
       }
-      for (Eigen::Index i = 0; i < cl.sv.size(); ++i) rank += cl.sv(i) > tau;
+      bool bc = false;
+      if (!have_cols) unit_columns(tr, &bc, &stopped);
+      if (stopped) return stop_cancelled();
+      stack_full();
+      full_path = true;
+      input_independent = inputs == 1 && bc;
+      last_input_cost = out.flops - before;
+      if (confirm_mode) break;  // the rank may have grown: decide now and plan again
     }
+    if (done == 0) {
+      out.stop = StopRule::budget;
+      break;
+    }
+    const int before_rank = rank;
+    if (full_path) rank = decide();
+    else tau = opt_.tol_rel * std::sqrt(ref_sq);
     out.rank_history.push_back(rank);
-    out.samples = k + 1;
-    if (rank == n) break;
-    // No op on the way depends on the tokens: the Jacobian is the same for every input.
-    if (all_broadcast) {
-      out.input_independent = true;
+    out.inputs_history.push_back(inputs);
+    const bool gained = rank > before_rank;
+    if (rank == n) {
+      out.stop = StopRule::full_rank;
       break;
     }
-    if (k + 1 >= opt_.min_samples && k >= opt_.patience &&
-        out.rank_history[k] == out.rank_history[k - opt_.patience])
+    if (input_independent) {  // no op on the way depends on the tokens: one input says all
+      out.input_independent = true;
+      out.stop = StopRule::input_independent;
       break;
+    }
+    if (gained || (new_units && !kink_irrelevant)) {
+      longest_run = std::max(longest_run, run);
+      run = 0;
+    } else {
+      run += done;
+    }
+    // A kink matters only to null directions whose tangent reaches it. When the null space's
+    // tangent already vanishes (to rounding) at the first kink's input, on a random input, it
+    // vanishes there for every input (the map up to the kink is analytic in the input: where
+    // J V is 0 is everywhere or a set of measure zero), and the smooth rule holds for it.
+    if (out.kinked && !gained && !kink_checked && rank < n) {
+      kink_checked = true;
+      if (!null_ready) prepare_null();
+      kink_irrelevant = null_vanishes_before(pool_.get(inputs - 1), kinks[0], &stopped);
+      if (stopped) return stop_cancelled();
+    }
+    const bool kinked_rule = out.kinked && !kink_irrelevant;
+    const int needed = kinked_rule ? std::max(opt_.kink_patience, 2 * longest_run) : 1;
+    if (!gained && inputs >= opt_.min_samples && run >= needed) {
+      out.stop = kinked_rule ? StopRule::no_gain_kinked : StopRule::no_gain;
+      break;
+    }
+    if (gained) {
+      // The inputs the rest of the rank needs at the rate just seen (one step, not one per input).
+      const double rate = double(rank - before_rank) / done;
+      step_size = static_cast<int>(std::ceil(double(n - rank) / std::max(rate, 1e-9)));
+      confirm_mode = false;
+    } else {
+      step_size = std::max({needed - run, opt_.min_samples - inputs, 1});
+      confirm_mode = true;
+    }
+    if (inputs >= opt_.max_samples || out.flops + last_input_cost > opt_.max_flops) {
+      out.stop = StopRule::budget;
+      break;
+    }
   }
-
-  // Null space per cluster, embedded in the full coordinate space.
+  out.samples = inputs;
+  out.final_run = run;
+  for (const auto& act : ever_active)
+    for (char a : act) out.inactive_units += a == 0;
   out.reference = std::sqrt(ref_sq);
   out.clusters = static_cast<int>(clusters.size());
+  if (out.stop == StopRule::budget) {
+    out.determined = false;
+    out.redundant_dim_min = 0;
+    out.redundant_dim_max = n - rank;
+    out.redundant_dim = n - rank;
+    char buf[320];
+    std::snprintf(buf, sizeof buf,
+                  "a budget ran out before a stopping rule held (%d inputs stacked, at most %d; %.3g GFLOP spent, "
+                  "budget %.3g GFLOP a bias): the rank found, %d of %d, is a lower bound that more inputs could raise",
+                  inputs, opt_.max_samples, out.flops / 1e9, opt_.max_flops / 1e9, rank, n);
+    out.stop_note = buf;
+    return out;
+  }
+
+  // Null space per cluster, embedded in the full coordinate space. When the last inputs only
+  // confirmed it, the basis is the one they confirmed (at the level of rounding).
+  if (!null_ready) prepare_null();
   std::vector<Vec> basis;
   double null_max = 0, kept_min = 0;
   for (const auto& [root, cl] : clusters) {
     const int c = static_cast<int>(cl.cols.size());
-    const Vec& sv = cl.sv;
-    // Kept values come from the factored stack; null ones from it too, or, when the last input
-    // only confirmed the null space, from that confirmation.
     int kept = 0;
-    for (Eigen::Index i = 0; i < sv.size(); ++i) {
-      if (sv(i) > tau) {
+    for (Eigen::Index i = 0; i < cl.sv.size(); ++i)
+      if (cl.sv(i) > tau) {
         ++kept;
-        kept_min = kept_min == 0 ? sv(i) : std::min(kept_min, sv(i));
-      } else if (!cl.confirmed) {
-        null_max = std::max(null_max, sv(i));
+        kept_min = kept_min == 0 ? cl.sv(i) : std::min(kept_min, cl.sv(i));
       }
+    if (cl.vnull.cols() > 0) {
+      ColMat all(cl.vnull.cols() + cl.snull.rows(), cl.vnull.cols());
+      all.topRows(cl.vnull.cols()) = cl.snull0.asDiagonal();
+      all.bottomRows(cl.snull.rows()) = cl.snull;
+      null_max = std::max(null_max, singular_values(all).maxCoeff());
     }
-    if (cl.confirmed && cl.snull.size() > 0) null_max = std::max(null_max, cl.snull.maxCoeff());
     if (kept == c) continue;
-    ColMat V;
-    Vec unused;
-    if (cl.confirmed) V = cl.vnull;
-    else null_space(cl, tau, V, unused);
-    for (Eigen::Index j = 0; j < V.cols(); ++j) {
+    for (Eigen::Index j = 0; j < cl.vnull.cols(); ++j) {
       Vec v = Vec::Zero(n);
-      for (int i = 0; i < c; ++i) v(cl.cols[i]) = V(i, j);
+      for (int i = 0; i < c; ++i) v(cl.cols[i]) = cl.vnull(i, j);
       basis.push_back(v);
     }
   }
   out.redundant_dim = static_cast<int>(basis.size());
+  out.redundant_dim_min = out.redundant_dim_max = out.redundant_dim;
   out.null_basis.resize(n, out.redundant_dim);
   for (int j = 0; j < out.redundant_dim; ++j) out.null_basis.col(j) = basis[j];
   out.null_max = out.reference > 0 ? null_max / out.reference : 0;
   out.kept_min = out.reference > 0 ? kept_min / out.reference : 0;
+  char buf[400];
+  switch (out.stop) {
+    case StopRule::full_rank:
+      std::snprintf(buf, sizeof buf, "full rank after %d inputs: nothing is redundant", inputs);
+      break;
+    case StopRule::input_independent:
+      std::snprintf(buf, sizeof buf, "the Jacobian does not depend on the input (no op on the way treats tokens differently): one input decides");
+      break;
+    case StopRule::no_gain:
+      std::snprintf(buf, sizeof buf,
+                    "an input added no rank (after %d inputs); %s, so the Jacobian is analytic in the input and a further "
+                    "random input that could add rank does so with probability 1",
+                    inputs,
+                    out.kinked ? "the null directions vanish before the first ReLU on the way (checked on a random input)"
+                               : "nothing on the way is kinked");
+      break;
+    default: {
+      const double miss = std::pow(0.9, run);
+      std::snprintf(buf, sizeof buf,
+                    "a ReLU lies on the way: %d inputs in a row added no rank and activated no unit for the first time "
+                    "(the rule asks for at least %d and twice the longest such run before the last gain); a further "
+                    "direction that 10%% of inputs reach would have been missed with probability 0.9^%d = %.1e%s",
+                    run, opt_.kink_patience, run, miss,
+                    out.inactive_units > 0 ? "; some units were never active, and directions only they pass are counted as redundant here" : "");
+      break;
+    }
+  }
+  out.stop_note = buf;
   return out;
 }
 
