@@ -94,12 +94,34 @@ TEST_CASE("random stacks: every generated stack analyses with finite numbers, ex
       INFO(b.dump());
       CHECK(b.at("max_abs_delta").is_number());
       CHECK(b.at("noise_floor").is_number());
+      // These stacks are small: every structure is settled within its budget.
+      REQUIRE(b.at("redundant_dim").is_number());
       CHECK(b.at("redundant_dim").get<int>() >= 0);
       CHECK(b.at("redundant_dim").get<int>() <= b.at("size").get<int>());
+      CHECK(b.at("redundant_dim_min") == b.at("redundant_dim"));
+      CHECK(b.at("redundant_dim_max") == b.at("redundant_dim"));
     }
     for (const json& f : r.at("folds")) {
       INFO(f.dump());
       CHECK(f.at("exact") == true);
+      // A row agrees with every exact fold on its bias: a bias that a fold centres or drops (part
+      // of it moves nowhere) has a redundant part, and its probe measures below the floor.
+      const std::string rule = f.at("rule");
+      if (f.at("exact") != true ||
+          (rule != "drop_key_bias" && rule != "drop_bias_before_norm" && rule != "centre_bias_before_norm"))
+        continue;
+      for (const json& mv : f.at("moves"))
+        for (const json& b : r.at("biases")) {
+          if (b.at("param") != mv.at("from")) continue;
+          INFO("fold " << f.at("rule") << " on " << b.dump());
+          CHECK(b.at("redundant_dim").get<int>() > 0);
+          CHECK(b.at("verdict") != "effective");
+          if (b.contains("parts")) {
+            const json& part = b.at("parts").at("redundant_part");
+            CHECK_LE_TOL(part.at("max_abs_delta").get<double>(), part.at("noise_floor").get<double>(),
+                         "redundant part of a bias an exact fold centres or drops");
+          }
+        }
     }
     const json& mm = r.at("minimal_model");
     INFO(mm.dump().substr(0, 800));

@@ -457,6 +457,8 @@ FLOOR_FACTOR = 8.0            # a difference is real only above 8 x (rounding of
 ROUNDOFF_RATIO = 2.0 ** -29   # 2^-52 / 2^-23: carries a rounding measured in float32 to float64
 STRUCTURE_RTOL = 1e-8         # a singular value <= 1e-8 x the reference scale is null
 MIN_SAMPLES = 2               # inputs stacked at least, before "the rank stopped growing" counts
+KINK_PATIENCE = 64            # with a ReLU on the way: inputs in a row that add no rank and activate no new unit
+VANISH_RTOL = 1e-13           # a tangent at most this x its reference scale is rounding
 
 
 class Evaluator:
@@ -531,12 +533,48 @@ def per_token_response(model, owner, x, direction):
     return torch.zeros(1, dtype=torch.float64) if tangent is None else tangent
 
 
+def relus_after(model, owner):
+    """The ReLU modules that run after `owner` (modules are registered in the order they run)."""
+    modules = list(model.modules())
+    at = next(i for i, mod in enumerate(modules) if mod is owner)
+    return [mod for mod in modules[at + 1:] if isinstance(mod, nn.ReLU)]
+
+
+def capture_inputs(modules):
+    """Forward hooks that keep each module's last input; returns (store, remove)."""
+    store = [None] * len(modules)
+    handles = [mod.register_forward_hook(lambda module, inputs, out, i=i: store.__setitem__(i, inputs[0]))
+               for i, mod in enumerate(modules)]
+    return store, lambda: [h.remove() for h in handles]
+
+
+def null_vanishes_before(model, name, relu, x, V):
+    """Whether the tangent of every column of V (bias directions) is rounding at the input of
+    `relu`: then the map up to there, analytic in the input, cancels them for every input."""
+    bias = model.get_parameter(name).detach()
+    store, remove = capture_inputs([relu])
+    try:
+        def at_relu(c):
+            functional_call(model, {name: c}, (x,))
+            return store[0].reshape(-1)
+        J = jacobian(at_relu, bias, vectorize=True, strategy="forward-mode")  # (N*w, n)
+    finally:
+        remove()
+    n = bias.numel()
+    reference = J.norm().item() * math.sqrt(x.shape[0] * x.shape[1] / n)
+    return bool((J @ V).norm(dim=0).max().item() <= VANISH_RTOL * reference) if V.shape[1] else True
+
+
 def structure(model, name, inputs, max_samples, subspace=None):
     """The redundant dimension of bias `name`: the nullity of d(output)/d(bias) stacked over
-    independent inputs until the rank stops growing (one input can fake null directions: with few
+    independent inputs until a stopping rule holds (one input can fake null directions: with few
     tokens a head sees only T-1 key differences). Only the triangular factor R of the stacked
     Jacobian is kept (R^T R = J^T J); singular values of R below STRUCTURE_RTOL x the reference
-    scale are null.
+    scale are null. The rules, as in the engine: full rank ends the loop; without a ReLU on the
+    way one input that adds no rank does (the Jacobian is analytic in the input); with one, a run
+    of KINK_PATIENCE inputs (and twice the longest earlier run) that add no rank and activate no
+    ReLU unit for the first time, unless the null directions vanish before the first ReLU. When
+    max_samples runs out first the answer is undetermined: only bounds.
 
     With `subspace` = s < n (wide layers, where the full Jacobian is slow) only a random
     s-dimensional subspace P of the bias is analysed. Its nullity is generically max(0, s - rank),
@@ -551,35 +589,79 @@ def structure(model, name, inputs, max_samples, subspace=None):
     else:
         P, at, to_bias = None, bias, lambda b: b
     m = at.numel()
+    relus = relus_after(model, owner)
+    active = [None] * len(relus)
     R, ranks, reference_sq = None, [], 0.0
+    run = longest = 0
+    vanishes, rule = None, "budget"
     for k in range(max_samples):
         x = inputs.get(k)
         J = jacobian(lambda c: functional_call(model, {name: to_bias(c)}, (x,)).reshape(-1), at,
                      vectorize=True, strategy="forward-mode")  # (B*T*F_out, m)
+        store, remove = capture_inputs(relus)
+        try:
+            with torch.no_grad():
+                model(x)
+        finally:
+            remove()
+        new_units = False
+        for i, seen in enumerate(store):
+            now = (seen.reshape(-1, seen.shape[-1]) > 0).any(dim=0)
+            if active[i] is not None and bool((now & ~active[i]).any()):
+                new_units = True
+            active[i] = now if active[i] is None else active[i] | now
         direction = torch.randn(BATCH, TOKENS, n, generator=generator, dtype=torch.float64) / math.sqrt(n)
         reference_sq += per_token_response(model, owner, x, direction).pow(2).sum().item()
         R = torch.linalg.qr(J if R is None else torch.cat([R, J]), mode="r").R
         tau = STRUCTURE_RTOL * math.sqrt(reference_sq)
         sigma = torch.linalg.svdvals(R)
         ranks.append(int((sigma > tau).sum()))
-        if ranks[-1] == m or (k + 1 >= MIN_SAMPLES and ranks[-1] == ranks[-2]):
+        gained = ranks[-1] > (ranks[-2] if len(ranks) > 1 else 0)
+        if ranks[-1] == m:
+            rule = "full_rank"
+            break
+        if relus and not gained and vanishes is None and P is None:
+            Vh = torch.linalg.svd(R, full_matrices=True)[2]
+            vanishes = null_vanishes_before(model, name, relus[0], x, Vh[ranks[-1]:].T)
+        kinked = bool(relus) and not vanishes
+        if gained or (new_units and not vanishes):
+            longest, run = max(longest, run), 0
+        else:
+            run += 1
+        needed = max(KINK_PATIENCE, 2 * longest) if kinked else 1
+        if not gained and k + 1 >= MIN_SAMPLES and run >= needed:
+            rule = "no_gain_kinked" if kinked else "no_gain"
             break
     rank = ranks[-1]
     _, sigma, Vh = torch.linalg.svd(R, full_matrices=True)
     reference = math.sqrt(reference_sq)
     kept, null = sigma[:rank], sigma[rank:]
-    out = {"redundant_dim": m - rank, "null_basis": Vh[rank:].T,
-           "samples": len(ranks), "rank_history": ranks,
+    out = {"redundant_dim": m - rank, "redundant_dim_min": m - rank, "redundant_dim_max": m - rank,
+           "null_basis": Vh[rank:].T, "samples": len(ranks), "rank_history": ranks, "stop_rule": rule,
            "null_sigma_max": (null.max().item() / reference) if len(null) and reference > 0 else 0.0,
            "kept_sigma_min": (kept.min().item() / reference) if rank and reference > 0 else 0.0}
+    if rule == "budget":
+        out.update({"redundant_dim": None, "redundant_dim_min": 0, "redundant_dim_max": m - rank})
     if P is not None:
         nullity = m - rank
         out["null_basis"] = P @ out["null_basis"]
         out["subspace"], out["subspace_nullity"] = m, nullity
-        out["redundant_dim"] = n - m + nullity if nullity > 0 else None
-        if nullity == 0:
-            out["redundant_dim_at_most"] = n - m
+        out["redundant_dim"] = n - m + nullity if nullity > 0 and rule != "budget" else None
+        if out["redundant_dim"] is None:
+            out["redundant_dim_at_most"] = n - m + nullity
     return out
+
+
+def snap_null_basis(B):
+    """B (n, k) with the all-ones direction put in exactly when it lies in span(B) (to 1e-6): a
+    basis from computed Jacobians is only as accurate as their rounding (one token into a
+    LayerNorm leaves it 1e-11 off), enough for a move along it to show above the floor."""
+    n, k = B.shape
+    ones = torch.ones(n, 1, dtype=B.dtype) / math.sqrt(n)
+    if k == 0 or k == n or (ones - B @ (B.T @ ones)).norm().item() > 1e-6:
+        return B
+    rest = torch.linalg.svd(B - ones @ (ones.T @ B), full_matrices=False)[0][:, :k - 1]
+    return torch.cat([ones, rest], dim=1)
 
 
 def unit_rms(v):
@@ -605,15 +687,20 @@ def analyse_biases(model, evaluator, max_samples, given_inputs=None, subspace=No
         n = p.numel()
         st = structure(model, name, inputs, max_samples, subspace)
         k = st["redundant_dim"]
+        undetermined = st["stop_rule"] == "budget"
         u = unit_rms(torch.randn(n, generator=generator, dtype=torch.float64))
         full = compare(base, evaluator.run(name, p.detach() + u))
-        row = {"param": name, "size": n, "redundant_dim": k}
+        row = {"param": name, "size": n, "redundant_dim": k,
+               "redundant_dim_min": st["redundant_dim_min"], "redundant_dim_max": st["redundant_dim_max"]}
         parts = {}
-        if not full["above_floor"]:
+        if undetermined:
+            verdict = "undetermined"
+        elif not full["above_floor"]:
             verdict = "redundant"
         elif k is not None and 0 < k < n:
-            g = torch.randn(st["null_basis"].shape[1], generator=generator, dtype=torch.float64)
-            u = unit_rms(st["null_basis"] @ g)
+            B = snap_null_basis(st["null_basis"])
+            g = torch.randn(B.shape[1], generator=generator, dtype=torch.float64)
+            u = unit_rms(B @ g)
             # Both signs: an inactive ReLU unit cancels a push down but not a push up.
             plus = compare(base, evaluator.run(name, p.detach() + u))
             minus = compare(base, evaluator.run(name, p.detach() - u))
@@ -625,15 +712,19 @@ def analyse_biases(model, evaluator, max_samples, given_inputs=None, subspace=No
         row["verdict"] = verdict
         row["max_abs_delta"] = full["max_abs_delta"]
         row["noise_floor"] = full["noise_floor"]
-        if k is None:  # only bounded by the subspace check: the verdict takes it as 0
+        if undetermined:
+            row["consistent"] = None
+            row["undetermined_reason"] = (f"{max_samples} inputs (--max-samples) ran out before a stopping rule held: "
+                                          f"the rank found, {n - st['redundant_dim_max']} of {n}, is a lower bound")
+        elif k is None:  # only bounded by the subspace check: the verdict takes it as 0
             row["redundant_dim_at_most"] = st["redundant_dim_at_most"]
             row["consistent"] = None
         else:
             row["consistent"] = verdict == verdict_for(k, n)
         if parts:
             row["parts"] = parts
-        row["structure"] = {key: st[key] for key in ("samples", "rank_history", "null_sigma_max", "kept_sigma_min",
-                                                     "subspace", "subspace_nullity") if key in st}
+        row["structure"] = {key: st[key] for key in ("samples", "rank_history", "stop_rule", "null_sigma_max",
+                                                     "kept_sigma_min", "subspace", "subspace_nullity") if key in st}
         rows.append(row)
     return rows
 
@@ -674,7 +765,12 @@ def print_table(report):
     print(f"\n{'bias':<36} {'size':>6} {'redundant':>14}  {'verdict':<17} {'max |delta|':>11} {'noise floor':>11}")
     for b in report["biases"]:
         k = b["redundant_dim"]
-        red = f"{k} of {b['size']}" if k is not None else f"<={b['redundant_dim_at_most']} of {b['size']}"
+        if k is not None:
+            red = f"{k} of {b['size']}"
+        elif b["verdict"] == "undetermined":
+            red = f"{b['redundant_dim_min']}-{b['redundant_dim_max']} of {b['size']}"
+        else:
+            red = f"<={b['redundant_dim_at_most']} of {b['size']}"
         print(f"{b['param']:<36} {b['size']:>6} {red:>14}  {b['verdict']:<17} {fmt(b['max_abs_delta']):>11} {fmt(b['noise_floor']):>11}")
     if report["folds"]:
         print(f"\n{'fold':<28} {'where':<36} {'exact':<6} {'max |delta|':>11} {'noise floor':>11}")
@@ -691,8 +787,9 @@ def main(argv=None):
                         "(parameters, buffers, input and the engine's output); without it, torch draws them")
     parser.add_argument("--json", action="store_true", help="print the report as JSON")
     parser.add_argument("--threads", type=int, help="torch threads (default: torch's choice)")
-    parser.add_argument("--max-samples", type=int, default=64,
-                        help="most inputs stacked per bias in the structural analysis (default 64)")
+    parser.add_argument("--max-samples", type=int, default=4096,
+                        help="most inputs stacked per bias in the structural analysis (default 4096); a bias "
+                        "whose stopping rule has not held by then is undetermined, with bounds")
     parser.add_argument("--structure-subspace", type=int, metavar="S",
                         help="for biases wider than S, analyse only a random S-dimensional subspace "
                         "(fast for wide layers; the redundant dimension is then exact only above n - S)")
