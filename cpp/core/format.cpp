@@ -41,6 +41,22 @@ std::string verdict_text(const std::string& v) {
   return v;
 }
 
+// A report row's field, or null when it is missing (a const json's operator[] may not be used
+// for a missing key).
+const json& field(const json& row, const char* key) {
+  static const json none;
+  const auto it = row.find(key);
+  return it == row.end() ? none : *it;
+}
+
+std::string int_text(const json& j) {
+  return j.is_number_integer() ? std::to_string(j.get<long long>()) : "?";
+}
+
+bool is_undetermined(const json& b) {
+  return field(b, "verdict") == "undetermined" || !field(b, "redundant_dim").is_number_integer();
+}
+
 // A table: header + rows of cells; rendered with padded columns or as Markdown.
 struct Table {
   std::vector<std::string> header;
@@ -99,6 +115,13 @@ std::string heading(const std::string& title, TextFormat f) {
 
 }  // namespace
 
+std::string format_redundant(const json& b) {
+  const std::string of = " of " + int_text(field(b, "size"));
+  if (!is_undetermined(b)) return int_text(field(b, "redundant_dim")) + of;
+  // Never one number for an undetermined row: the bounds the analysis proved before it stopped.
+  return int_text(field(b, "redundant_dim_min")) + "-" + int_text(field(b, "redundant_dim_max")) + of;
+}
+
 std::string format_report(const json& r, TextFormat f) {
   std::ostringstream o;
   if (!r.value("ok", false)) {
@@ -117,24 +140,41 @@ std::string format_report(const json& r, TextFormat f) {
   if (f == TextFormat::markdown) o << "**" << head.str() << "**\n\n";
   else o << head.str() << "\n";
   o << "Biases: " << s.value("redundant", 0) << " redundant, " << s.value("partly_redundant", 0)
-    << " partly redundant, " << s.value("effective", 0) << " effective; " << s.value("exact_folds", 0)
+    << " partly redundant, " << s.value("effective", 0) << " effective";
+  // A fourth kind, named only when present: a limit stopped the structural analysis of a bias.
+  if (field(s, "undetermined").is_number_integer() && s["undetermined"].get<long long>() > 0)
+    o << ", " << s["undetermined"].get<long long>() << " undetermined";
+  o << "; " << s.value("exact_folds", 0)
     << " of " << s.value("folds", 0) << " folds exact. Noise: output rounding "
     << num(r["noise"]["output_rounding"]) << " (" << dtype << ", measured)";
   o << (f == TextFormat::markdown ? "\n" : "\n");
 
   Table biases{{"param", "redundant", "verdict", "max |delta|", "noise floor", "directions", "absorbed by", "why"}, {}};
+  // Marks tie a row to its note under the table: (!) measured verdict against the structure,
+  // (?) undetermined (a limit stopped the structural analysis; the reason is the note).
   for (const auto& b : r["biases"]) {
-    std::string red = std::to_string(b.value("redundant_dim", 0)) + " of " + std::to_string(b.value("size", 0));
     std::string verdict = verdict_text(b.value("verdict", ""));
-    if (!b.value("consistent", true)) verdict += " (!)";
-    biases.rows.push_back({b.value("param", ""), red, verdict, num(b["max_abs_delta"]), num(b["noise_floor"]),
-                           b.value("directions", ""),
-                           b["absorbed_by"].is_string() ? b["absorbed_by"].get<std::string>() : "-",
-                           b.value("why", "")});
+    if (is_undetermined(b)) verdict = "undetermined (?)";
+    else if (field(b, "consistent") == false) verdict += " (!)";
+    const json& absorbed = field(b, "absorbed_by");
+    biases.rows.push_back({b.value("param", ""), format_redundant(b), verdict, num(field(b, "max_abs_delta")),
+                           num(field(b, "noise_floor")), b.value("directions", ""),
+                           absorbed.is_string() ? absorbed.get<std::string>() : "-", b.value("why", "")});
   }
   o << heading("Biases (a random perturbation of RMS 1 per entry)", f) << biases.render(f);
-  for (const auto& b : r["biases"])
-    if (b.contains("note")) o << (f == TextFormat::markdown ? "\n> " : "(!) ") << b["param"].get<std::string>() << ": " << b["note"].get<std::string>() << "\n";
+  const char* quote = f == TextFormat::markdown ? "\n> " : "";
+  for (const auto& b : r["biases"]) {
+    const std::string param = b.value("param", "");
+    if (is_undetermined(b)) {
+      const json& reason = field(b, "undetermined_reason");
+      o << quote << (f == TextFormat::markdown ? "" : "(?) ") << param << " is undetermined ("
+        << format_redundant(b) << " redundant): "
+        << (reason.is_string() ? reason.get<std::string>() : "a limit stopped the structural analysis before its stopping rule held")
+        << "\n";
+    }
+    if (field(b, "note").is_string())
+      o << quote << (f == TextFormat::markdown ? "" : "(!) ") << param << ": " << b["note"].get<std::string>() << "\n";
+  }
 
   if (r.contains("folds")) {
     Table folds{{"rule", "where", "params removed", "max |delta|", "noise floor", "exact"}, {}};
