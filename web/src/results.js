@@ -4,11 +4,12 @@
 import FORMULAS from 'virtual:formulas';
 
 import { h, clear, download } from './dom.js';
-import { bias_table, fold_table, minimal_table, invariance_table, to_markdown, to_csv, fmt_int, VERDICT_TEXT } from './table-model.js';
+import { bias_table, fold_table, minimal_table, invariance_table, to_markdown, to_csv, fmt_int, VERDICT_TEXT, is_undetermined, redundant_dims, undetermined_reason, bias_notes } from './table-model.js';
 import { render_sweep } from './sweep-plot.js';
 
-// Symbols keep the verdicts apart without colour: ○ nothing of it matters, ◐ part of it, ● all of it.
-const VERDICT_MARK = { redundant: '○', partly_redundant: '◐', effective: '●' };
+// Symbols keep the verdicts apart without colour: ○ nothing of it matters, ◐ part of it, ● all of
+// it, ? not settled (a limit stopped the structural analysis).
+const VERDICT_MARK = { redundant: '○', partly_redundant: '◐', effective: '●', undetermined: '?' };
 
 /** A dotted parameter or layer name that may wrap only after its dots. */
 function name(text) {
@@ -20,8 +21,8 @@ function names(list) {
   return (list ?? []).map((w, i) => [i ? ', ' : '', name(w)]);
 }
 
-function verdict_badge(v) {
-  return h('span', { class: `badge verdict-${v}` }, h('span', { 'aria-hidden': 'true' }, VERDICT_MARK[v] ?? '?'), ' ', VERDICT_TEXT[v] ?? v);
+function verdict_badge(v, title = null) {
+  return h('span', { class: `badge verdict-${v}`, title }, h('span', { 'aria-hidden': 'true' }, VERDICT_MARK[v] ?? '?'), ' ', VERDICT_TEXT[v] ?? v);
 }
 
 function yes_no_badge(ok, yes = 'yes', no = 'no') {
@@ -41,8 +42,12 @@ function formula(tex) {
 const CELLS = {
   biases: {
     param: (r) => h('code', {}, r.param),
-    verdict: (r) => verdict_badge(r.verdict),
-    why: (r) => [r.why, r.note ? h('div', { class: 'note' }, h('strong', {}, 'Note: '), r.note) : null],
+    verdict: (r) => (is_undetermined(r) ? verdict_badge('undetermined', undetermined_reason(r)) : verdict_badge(r.verdict)),
+    redundant: (r) =>
+      is_undetermined(r)
+        ? h('span', { class: 'bounds', title: `at least ${r.redundant_dim_min ?? '?'} and at most ${r.redundant_dim_max ?? '?'} of ${r.size} directions are redundant; the analysis stopped before it could say how many` }, `${redundant_dims(r)} of ${r.size}`)
+        : h('span', { title: r.structure?.stop_note ?? null }, `${redundant_dims(r)} of ${r.size}`),
+    why: (r) => [r.why, bias_notes(r).map((n) => h('div', { class: `note note-${n.label.toLowerCase()}` }, h('strong', {}, `${n.label}: `), n.text))],
     absorbed_by: (r) => (r.absorbed_by ? name(r.absorbed_by) : r.folds?.length ? `dropped (${r.folds.join(', ')})` : '—'),
   },
   folds: {
@@ -103,7 +108,7 @@ function table_section(table, extra_head = null, extra_body = null) {
 function summary(report, ms) {
   const s = report.summary ?? {};
   const parts = [
-    `${s.biases} bias${s.biases === 1 ? '' : 'es'}: ${s.redundant} redundant, ${s.partly_redundant} partly redundant, ${s.effective} effective`,
+    `${s.biases} bias${s.biases === 1 ? '' : 'es'}: ${s.redundant} redundant, ${s.partly_redundant} partly redundant, ${s.effective} effective${s.undetermined > 0 ? `, ${s.undetermined} undetermined` : ''}`,
     `${s.exact_folds} of ${s.folds} folds exact`,
     `${fmt_int(s.parameters)} parameters`,
   ];

@@ -3,6 +3,8 @@
 // so the plot reads without colour; the legend names every line.
 import uPlot from 'uplot';
 
+import { is_undetermined } from './table-model.js';
+
 // Okabe-Ito-like colours, readable on light and dark backgrounds.
 const COLOURS = ['#0072B2', '#D55E00', '#009E73', '#CC79A7', '#E69F00', '#56B4E9', '#A6761D', '#8E8E8E'];
 const DASHES = [[], [8, 4], [2, 3], [10, 3, 2, 3]];
@@ -19,15 +21,19 @@ export function sweep_series(report) {
   if (!sweep || !sweep.series?.length) return null;
   const data = [sweep.sizes.slice()];
   const series = [{ label: 'size' }];
+  // An undetermined bias (a limit stopped its structural analysis) has no settled null space:
+  // its legend says so, and a "redundant part" of it is only the null space found so far.
+  const undetermined = new Set((report.biases ?? []).filter(is_undetermined).map((b) => b.param));
   sweep.series.forEach((s, i) => {
     const colour = COLOURS[i % COLOURS.length];
     // colour and dash pattern together stay distinct for the first 32 biases
     const dash = DASHES[(i + Math.floor(i / COLOURS.length)) % DASHES.length];
     data.push(s.delta.map(positive));
-    series.push({ label: s.param, stroke: colour, dash, width: 2, points: { show: true, size: 5, fill: colour } });
+    const open = undetermined.has(s.param);
+    series.push({ label: open ? `${s.param} (undetermined)` : s.param, stroke: colour, dash, width: 2, points: { show: true, size: 5, fill: colour } });
     if (s.delta_redundant) {
       data.push(s.delta_redundant.map(positive));
-      series.push({ label: `${s.param} (redundant part)`, stroke: colour, dash: [1, 4], width: 2, points: { show: true, size: 4, fill: colour } });
+      series.push({ label: `${s.param} (${open ? 'null directions found so far' : 'redundant part'})`, stroke: colour, dash: [1, 4], width: 2, points: { show: true, size: 4, fill: colour } });
     }
   });
   // One floor line: the largest floor over all biases at each size (they differ only by rounding).

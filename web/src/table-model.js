@@ -30,7 +30,36 @@ export const VERDICT_TEXT = {
   redundant: 'redundant',
   partly_redundant: 'partly redundant',
   effective: 'effective',
+  undetermined: 'undetermined',
 };
+
+/**
+ * A row whose structural analysis a limit stopped before its stopping rule held: its redundant
+ * dimension is only bounded (redundant_dim null, redundant_dim_min..redundant_dim_max).
+ */
+export function is_undetermined(row) {
+  return row.verdict === 'undetermined' || typeof row.redundant_dim !== 'number';
+}
+
+const int_or_unknown = (v) => (typeof v === 'number' ? String(v) : '?');
+
+/** "k" for a determined row, the bounds "min-max" for an undetermined one: never one number. */
+export function redundant_dims(row) {
+  return is_undetermined(row) ? `${int_or_unknown(row.redundant_dim_min)}-${int_or_unknown(row.redundant_dim_max)}` : String(row.redundant_dim);
+}
+
+/** Why an undetermined row has no single answer (the engine's sentence, or a generic one). */
+export function undetermined_reason(row) {
+  return row.undetermined_reason ?? 'a limit stopped the structural analysis before its stopping rule held';
+}
+
+/** The notes a bias row carries, as sentences: why it is undetermined, and the engine's note. */
+export function bias_notes(row) {
+  const notes = [];
+  if (is_undetermined(row)) notes.push({ label: 'Undetermined', text: undetermined_reason(row) });
+  if (row.note) notes.push({ label: 'Note', text: row.note });
+  return notes;
+}
 
 const yes_no = (b) => (b ? 'yes' : 'no');
 
@@ -42,17 +71,21 @@ export function bias_table(report) {
   return {
     id: 'biases',
     title: 'Biases',
-    caption: 'Each bias perturbed by a random direction of unit RMS; redundant directions from the Jacobian.',
+    caption:
+      'Each bias perturbed by a random direction of unit RMS; redundant directions from the Jacobian.' +
+      ((report.biases ?? []).some(is_undetermined)
+        ? ' An undetermined bias hit a limit of the structural analysis before its answer was settled: its redundant column gives the bounds proven so far (min-max).'
+        : ''),
     rows: report.biases ?? [],
     columns: [
       { key: 'param', label: 'Bias', text: (r) => r.param },
-      { key: 'verdict', label: 'Verdict', text: (r) => VERDICT_TEXT[r.verdict] ?? r.verdict },
-      { key: 'redundant', label: 'Redundant', text: (r) => `${r.redundant_dim} of ${r.size}`, value: (r) => `${r.redundant_dim}/${r.size}` },
+      { key: 'verdict', label: 'Verdict', text: (r) => (is_undetermined(r) ? VERDICT_TEXT.undetermined : VERDICT_TEXT[r.verdict] ?? r.verdict) },
+      { key: 'redundant', label: 'Redundant', text: (r) => `${redundant_dims(r)} of ${r.size}`, value: (r) => `${redundant_dims(r)}/${r.size}` },
       { key: 'directions', label: 'Directions', text: (r) => r.directions },
       { key: 'max_abs_delta', label: 'max |Δ out|', text: (r) => fmt_num(r.max_abs_delta), value: (r) => r.max_abs_delta, numeric: true },
       { key: 'noise_floor', label: 'Noise floor', text: (r) => fmt_num(r.noise_floor), value: (r) => r.noise_floor, numeric: true },
       { key: 'vs_floor', label: 'Δ vs floor', text: (r) => delta_vs_floor(r.max_abs_delta, r.noise_floor), value: (r) => (r.max_abs_delta ?? NaN) / r.noise_floor },
-      { key: 'why', label: 'Why', text: (r) => (r.note ? `${r.why}. Note: ${r.note}` : r.why) },
+      { key: 'why', label: 'Why', text: (r) => [r.why, ...bias_notes(r).map((n) => `${n.label}: ${n.text}`)].join('. ') },
       {
         key: 'absorbed_by',
         label: 'Absorbed by',
