@@ -533,6 +533,35 @@ TEST_CASE("config: residual nesting deeper than the limit is rejected") {
   CHECK(d.error().path == path + ".body");
 }
 
+TEST_CASE("config: a deeply nested value followed by more keys is an error, never a stack overflow") {
+  // Found with fuzz/fuzz_config.cpp on a crafted input (this deep is beyond its length limit):
+  // the JSON parser copied an object's earlier members, recursively, each time the object grew,
+  // so a million levels overflowed any stack.
+  const std::size_t depth = 1000000;
+  const std::string deep = std::string(depth, '[') + std::string(depth, ']');
+  SUBCASE("a top-level field") {
+    const auto r = parse_config_text(R"({"seed": )" + deep + R"(, "layers": [{"type": "relu"}]})");
+    REQUIRE_FALSE(r.ok());
+    CHECK(r.error().path == "seed");
+    CHECK(contains(r.error().message, "must be an integer, got an array"));
+  }
+  SUBCASE("a layer option") {
+    const auto r = parse_config_text(R"({"layers": [{"type": "linear", "bias": )" + deep + R"(, "out_features": 3}]})");
+    REQUIRE_FALSE(r.ok());
+    CHECK(r.error().path == "layers[0].bias");
+    CHECK(contains(r.error().message, "must be true or false, got an array"));
+  }
+  SUBCASE("an object nested as deep") {
+    std::string objects;
+    for (std::size_t i = 0; i < depth; ++i) objects += R"({"a":)";
+    objects += "1" + std::string(depth, '}');
+    const auto r = parse_config_text(R"({"shape": )" + objects + R"(, "layers": [{"type": "relu"}]})");
+    REQUIRE_FALSE(r.ok());
+    CHECK(r.error().path == "shape.a");
+    CHECK(contains(r.error().message, "unknown field"));
+  }
+}
+
 TEST_CASE("config: parameters are counted per layer type against the limit") {
   // 8 linear 2048 -> 2048 without bias hold exactly 2^25 parameters, the limit.
   auto stack = [](const json& layer, int n, const json& extra = json()) {

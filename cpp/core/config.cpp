@@ -767,10 +767,27 @@ LayerConfig make_layer(LayerType t) {
 
 Result<ExperimentConfig> parse_config(const Json& j) { return parse_document(j); }
 
+// The deepest JSON nesting the parser builds. nlohmann's DOM builder copies an object's earlier
+// members whenever the object grows (ordered_json keeps them in a std::vector of
+// pair<const string, json>, which cannot be moved), and that copy recurses once per nesting
+// level: `{"seed": [[[[...]]]], "layers": ...}` a few hundred thousand levels deep overflowed the
+// stack (fuzz/fuzz_config.cpp on a crafted input). So deeper containers are dropped while
+// parsing. No valid config comes near the limit (residual blocks nested 8 deep are 20 levels),
+// and the checks reject any document that has one at a shallower level, with their usual message.
+constexpr int kMaxNesting = 64;
+
 Result<ExperimentConfig> parse_config_text(const std::string& text) {
   json j;
+  bool too_deep = false;
+  const json::parser_callback_t drop_too_deep = [&](int depth, json::parse_event_t event, json&) {
+    if (depth < kMaxNesting) return true;
+    const bool opens = event == json::parse_event_t::object_start ||
+                       event == json::parse_event_t::array_start;
+    too_deep = too_deep || opens;
+    return !opens;
+  };
   try {
-    j = json::parse(text);
+    j = json::parse(text, drop_too_deep);
   } catch (const Json::parse_error& e) {
     // Position from the byte offset; the detail is what follows "parse error at ...: ".
     std::size_t line = 1, column = 0;
@@ -798,7 +815,11 @@ Result<ExperimentConfig> parse_config_text(const std::string& text) {
   } catch (...) {
     return Error{"", "invalid JSON"};
   }
-  return parse_document(j);
+  Result<ExperimentConfig> c = parse_document(j);
+  // Unreachable, as argued at kMaxNesting; kept so a dropped container can never pass unseen.
+  if (c && too_deep)
+    return Error{"", "the JSON nests deeper than " + std::to_string(kMaxNesting) + " levels"};
+  return c;
 }
 
 Json layer_to_json(const LayerConfig& l) {
