@@ -186,6 +186,47 @@ TEST_CASE("safetensors: a damaged file is an error, never a crash") {
   }
 }
 
+TEST_CASE("safetensors: a deeply nested header is an error, never a stack overflow") {
+  // Found with fuzz/fuzz_safetensors.cpp on a crafted input. The JSON parser copies an object's earlier members when
+  // it grows, recursively, and messages dumped the offending value, recursively too: a million
+  // levels (a 2 MB header) overflowed any stack.
+  const std::size_t depth = 1000000;
+  const std::string deep = std::string(depth, '[') + std::string(depth, ']');
+  const std::string data = f64_bytes(1) + f64_bytes(2);
+  auto check_too_deep = [](const std::string& bytes) {
+    const Error e = read_error(bytes);
+    CHECK(e.path == "");
+    CHECK(contains(e.message, "nests deeper than 64 levels"));
+  };
+  SUBCASE("a shape followed by more keys") {
+    check_too_deep(file_of(R"({"x":{"shape":)" + deep + R"(,"dtype":"F64","data_offsets":[0,16]}})", data));
+  }
+  SUBCASE("a tensor entry, the whole header, a metadata value") {
+    check_too_deep(file_of(R"({"x":)" + deep + "}", data));
+    check_too_deep(file_of(deep, data));
+    check_too_deep(file_of(R"({"__metadata__":{"a":)" + deep + R"(,"b":"c"}})", ""));
+  }
+  SUBCASE("64 levels are read and rejected for what they hold") {
+    const std::string nested = std::string(61, '[') + std::string(61, ']');  // levels 4 to 64
+    const Error e = read_error(file_of(R"({"x":{"dtype":"F64","shape":[2,)" + nested + R"(],"data_offsets":[0,16]}})", data));
+    CHECK(e.path == "x");
+    CHECK(contains(e.message, "shape [2,...] must list non-negative integers"));
+  }
+}
+
+TEST_CASE("safetensors: messages show at most a short excerpt of a header value") {
+  // A header value can be megabytes long; the message stays one line.
+  const Error s = read_error(file_of(R"({"__metadata__":{"a":[")" + std::string(100000, 'z') + R"("]}})", ""));
+  CHECK(s.path == "__metadata__.a");
+  CHECK(s.message.size() < 120);
+  CHECK(contains(s.message, "must be a string, got [\"zzz"));
+  std::string dims = "[1";
+  for (int i = 0; i < 100000; ++i) dims += ",1";
+  const Error d = read_error(file_of(R"({"x":{"dtype":"F64","shape":)" + dims + R"(,-1],"data_offsets":[0,8]}})", f64_bytes(1)));
+  CHECK(d.message.size() < 120);
+  CHECK(contains(d.message, "shape [1,1,1,1,1,1,1,1,...] must list non-negative integers"));
+}
+
 TEST_CASE("safetensors: an experiment's tensors read back into the same network") {
   for (DType dt : {DType::float64, DType::float32}) {
     CAPTURE(dtype_name(dt));

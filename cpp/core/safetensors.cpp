@@ -93,7 +93,33 @@ double decode(const unsigned char* p, TensorDType t) {
   return 0;
 }
 
-std::string quote(const std::string& s) { return "'" + s + "'"; }
+std::string quote(const std::string& s) {
+  return s.size() <= 40 ? "'" + s + "'" : "'" + s.substr(0, 40) + "...'";
+}
+
+// A header value as shown in a message, at most about 80 characters: the header is untrusted,
+// and one value can be megabytes long. Scalars and short flat arrays (shapes, offsets) print as
+// JSON, as before; nested values and the rest of long ones become "...".
+std::string brief(const ojson& v) {
+  constexpr std::size_t kMaxChars = 60, kMaxItems = 8;
+  if (v.is_object()) return v.empty() ? "{}" : "{...}";
+  if (v.is_string()) {
+    const std::string& s = v.get_ref<const std::string&>();
+    const bool cut = s.size() > kMaxChars;
+    // error_handler_t::replace: a UTF-8 sequence cut in half prints as U+FFFD, never throws.
+    const ojson shown = cut ? s.substr(0, kMaxChars) : s;
+    return shown.dump(-1, ' ', false, ojson::error_handler_t::replace) + (cut ? "..." : "");
+  }
+  if (!v.is_array()) return v.dump();  // number, bool or null
+  std::string out = "[";
+  std::size_t shown = 0;
+  for (const auto& x : v) {
+    if (x.is_structured() || shown == kMaxItems || out.size() > kMaxChars)
+      return out + (shown ? "," : "") + "...]";
+    out += (shown++ ? "," : "") + brief(x);  // a scalar: no deeper recursion
+  }
+  return out + "]";
+}
 
 bool non_negative_integer(const ojson& v, std::uint64_t& out) {
   if (v.is_number_unsigned()) {
@@ -117,7 +143,7 @@ struct Entry {
 // One header entry: {"dtype": ..., "shape": [...], "data_offsets": [begin, end]}.
 Result<Entry> parse_entry(const std::string& name, const ojson& v, std::uint64_t data_size) {
   if (!v.is_object())
-    return Error{name, "expected an object with dtype, shape and data_offsets, got " + v.dump()};
+    return Error{name, "expected an object with dtype, shape and data_offsets, got " + brief(v)};
   Entry e{name, TensorDType::f64, {}, 0, 0};
   const auto dt = v.find("dtype");
   if (dt == v.end() || !dt->is_string()) return Error{name, "has no dtype string"};
@@ -133,9 +159,9 @@ Result<Entry> parse_entry(const std::string& name, const ojson& v, std::uint64_t
   for (const auto& d : *sh) {
     std::uint64_t n;
     if (!non_negative_integer(d, n) || n > std::uint64_t(std::numeric_limits<std::int64_t>::max()))
-      return Error{name, "shape " + sh->dump() + " must list non-negative integers"};
+      return Error{name, "shape " + brief(*sh) + " must list non-negative integers"};
     if (n != 0 && count > std::numeric_limits<std::uint64_t>::max() / n / 8)
-      return Error{name, "shape " + sh->dump() + " is too large"};
+      return Error{name, "shape " + brief(*sh) + " is too large"};
     count *= n;
     e.shape.push_back(static_cast<std::int64_t>(n));
   }
@@ -144,14 +170,14 @@ Result<Entry> parse_entry(const std::string& name, const ojson& v, std::uint64_t
       !non_negative_integer((*off)[0], e.begin) || !non_negative_integer((*off)[1], e.end))
     return Error{name, "data_offsets must be [begin, end] with non-negative integers"};
   if (e.begin > e.end)
-    return Error{name, "data_offsets " + off->dump() + " end before they begin"};
+    return Error{name, "data_offsets " + brief(*off) + " end before they begin"};
   if (e.end > data_size)
-    return Error{name, "data_offsets " + off->dump() + " run past the end of the data (" +
+    return Error{name, "data_offsets " + brief(*off) + " run past the end of the data (" +
                            std::to_string(data_size) + " bytes)"};
   const std::uint64_t want = count * static_cast<std::uint64_t>(itemsize(e.dtype));
   if (e.end - e.begin != want)
-    return Error{name, "data_offsets " + off->dump() + " hold " + std::to_string(e.end - e.begin) +
-                           " bytes but shape " + sh->dump() + " of " + dts + " needs " +
+    return Error{name, "data_offsets " + brief(*off) + " hold " + std::to_string(e.end - e.begin) +
+                           " bytes but shape " + brief(*sh) + " of " + dts + " needs " +
                            std::to_string(want)};
   return e;
 }
@@ -171,11 +197,22 @@ Result<TensorFile> read_impl(const std::string& bytes) {
                          " exceeds the format's limit of 100 MB"};
 
   // Duplicate tensor names are legal JSON but ambiguous; the parser keeps only the last one,
-  // so they are caught while parsing.
+  // so they are caught while parsing. Containers nested deeper than kMaxNesting are dropped
+  // unbuilt and the header is refused: nlohmann's DOM builder copies an object's earlier members
+  // when it grows (ordered_json's members cannot be moved), recursing once per level, so a
+  // header like {"x": {"shape": [[[[...]]]], "dtype": ...}} a few hundred thousand levels deep
+  // overflowed the stack (fuzz/fuzz_safetensors.cpp on a crafted input). A valid header has 3.
+  constexpr int kMaxNesting = 64;
+  bool too_deep = false;
   std::set<std::string> seen;
   std::string duplicate;
   const ojson::parser_callback_t on_event = [&](int depth, ojson::parse_event_t event,
                                                ojson& parsed) {
+    if (depth >= kMaxNesting && (event == ojson::parse_event_t::object_start ||
+                                 event == ojson::parse_event_t::array_start)) {
+      too_deep = true;
+      return false;
+    }
     if (event == ojson::parse_event_t::key && depth == 1 && parsed.is_string()) {
       const std::string& key = parsed.get_ref<const std::string&>();
       if (!seen.insert(key).second && duplicate.empty()) duplicate = key;
@@ -185,7 +222,10 @@ Result<TensorFile> read_impl(const std::string& bytes) {
   const char* h = bytes.data() + 8;
   const ojson header = ojson::parse(h, h + header_len, on_event, /*allow_exceptions=*/false);
   if (header.is_discarded()) return Error{"", "the header is not valid JSON"};
-  if (!header.is_object()) return Error{"", "the header must be a JSON object, got " + header.dump()};
+  if (too_deep)
+    return Error{"", "the header nests deeper than " + std::to_string(kMaxNesting) +
+                         " levels; a safetensors header has 3"};
+  if (!header.is_object()) return Error{"", "the header must be a JSON object, got " + brief(header)};
   if (!duplicate.empty()) return Error{duplicate, "appears twice in the header"};
 
   TensorFile file;
@@ -196,7 +236,7 @@ Result<TensorFile> read_impl(const std::string& bytes) {
       if (!item.value().is_object()) return Error{"__metadata__", "must be an object of strings"};
       for (const auto& m : item.value().items()) {
         if (!m.value().is_string())
-          return Error{"__metadata__." + m.key(), "must be a string, got " + m.value().dump()};
+          return Error{"__metadata__." + m.key(), "must be a string, got " + brief(m.value())};
         file.metadata.emplace_back(m.key(), m.value().get<std::string>());
       }
       continue;
