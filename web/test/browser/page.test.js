@@ -44,13 +44,13 @@ after(async () => {
 });
 
 /** Opens a page and waits for its first analysis; returns the page and its problem list. */
-async function open(url, { viewport, color_scheme } = {}) {
+async function open(url, { viewport, color_scheme, timeout = 60000 } = {}) {
   const page = await browser.context.newPage();
   if (viewport) await page.setViewportSize(viewport);
   if (color_scheme) await page.emulateMedia({ colorScheme: color_scheme });
   const problems = watch(page, server.url);
   await page.goto(url);
-  await page.waitForFunction(() => Number(document.documentElement.dataset.analyses ?? 0) >= 1, null, { timeout: 60000 });
+  await page.waitForFunction(() => Number(document.documentElement.dataset.analyses ?? 0) >= 1, null, { timeout });
   return { page, problems };
 }
 
@@ -155,6 +155,57 @@ test('page: every formula is typeset at build time and draws only with fonts it 
   await page.locator('#section-folds').screenshot({ path: resolve(SHOTS, 'formulas.png') });
   assert.deepEqual(problems, []);
   console.log(`KaTeX faces drawn: ${faces.needed.join('; ')}`);
+  await page.close();
+});
+
+// Issue 8: two tokens into one 1024-wide head. The query bias gains about one rank per input, so
+// settling it would take ~1024 inputs, beyond the structural budget: the engine answers
+// "undetermined" with bounds and a reason instead of a number.
+const UNDETERMINED = { version: 1, seed: 1, dtype: 'float64', shape: { batch: 1, tokens: 2, features: 1024 }, layers: [{ type: 'attention', num_heads: 1 }] };
+
+test('page: an undetermined bias shows its bounds, a verdict style of its own and the reason', async () => {
+  const schema = (await load_engine()).schema();
+  const { page, problems } = await open(server.url + encode_link(schema, UNDETERMINED), { timeout: 240000 });
+  assert.equal(await page.evaluate(() => document.documentElement.dataset.lastAnalysis), 'ok');
+  const row = (param) => page.locator('table.table-biases tbody tr', { has: page.locator('th', { hasText: param }) });
+  const q = row('layers.0.q_proj.bias');
+  const bounds = (await q.locator('.col-redundant').innerText()).trim();
+  assert.match(bounds, /^\d+-\d+ of 1024$/, 'bounds, not one number');
+  const badge = q.locator('.col-verdict .badge');
+  assert.equal((await badge.innerText()).trim(), '? undetermined');
+  const reason = await badge.getAttribute('title');
+  assert.match(reason, /budget/, 'the reason on the badge');
+  assert.match(await q.locator('.col-why').innerText(), /Undetermined: .*budget/, 'the reason in the row');
+  assert.match(await q.locator('.col-redundant [title]').getAttribute('title'), /at least \d+ and at most \d+ of 1024/);
+  // Its own look: neither the colours of "redundant" (k_proj) nor of "effective" (o_proj).
+  const look = (locator) => locator.locator('.col-verdict .badge').evaluate((el) => {
+    const cs = getComputedStyle(el);
+    return { bg: cs.backgroundColor, fg: cs.color, border: `${cs.borderTopStyle} ${cs.borderTopColor}` };
+  });
+  const [undetermined, redundant, effective] = [await look(q), await look(row('layers.0.k_proj.bias')), await look(row('layers.0.o_proj.bias'))];
+  assert.equal((await row('layers.0.k_proj.bias').locator('.col-verdict').innerText()).trim(), '○ redundant');
+  assert.equal((await row('layers.0.o_proj.bias').locator('.col-verdict').innerText()).trim(), '● effective');
+  for (const other of [redundant, effective]) {
+    assert.notEqual(undetermined.bg, other.bg);
+    assert.notEqual(undetermined.fg, other.fg);
+  }
+  assert.match(undetermined.border, /^dashed /);
+  assert.match(await page.textContent('#summary'), /1 redundant, 0 partly redundant, 2 effective, 1 undetermined/);
+  // The exports carry the same bounds and the reason.
+  const saved = async (selector) => {
+    const [download] = await Promise.all([page.waitForEvent('download'), page.click(selector)]);
+    return readFile(await download.path(), 'utf8');
+  };
+  const md = await saved('#section-biases .exports button:has-text("Markdown")');
+  assert.ok(md.includes(`| layers.0.q_proj.bias | undetermined | ${bounds} | undetermined |`), md);
+  assert.match(md, /Undetermined: [^|]*budget/);
+  const csv = await saved('#section-biases .exports button:has-text("CSV")');
+  assert.ok(csv.includes(`layers.0.q_proj.bias,undetermined,${bounds.replace(' of ', '/')},undetermined,`), csv);
+  // The sweep legend names it as undetermined.
+  assert.match(await page.locator('#section-sweep .u-legend').innerText(), /layers\.0\.q_proj\.bias \(undetermined\)/);
+  await page.locator('#section-biases').screenshot({ path: resolve(SHOTS, 'undetermined.png') });
+  assert.deepEqual(problems, []);
+  console.log(`undetermined row: ${bounds}; ${reason}`);
   await page.close();
 });
 
