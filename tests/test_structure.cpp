@@ -125,4 +125,23 @@ TEST_CASE("structure: a kink after the null space is made leaves the smooth rule
   }
 }
 
+// Identical tokens into an attention (a softmax over one feature makes every token 1): keys
+// then change nothing, and the reference scale of the key bias is itself rounding. Relative to
+// it, rounding looked like rank 1 and contradicted the exact fold that drops the key bias. The
+// null threshold never goes below what rounding of the output allows. Found by the random
+// stacks (seed 638); failed before this threshold.
+TEST_CASE("structure: a reference scale at the level of rounding does not turn rounding into rank") {
+  const std::string cfg = R"({"version":1,"seed":638,"dtype":"float32","shape":{"batch":3,"tokens":3,"features":1},
+    "layers":[{"type":"softmax"},{"type":"instancenorm","affine":true},{"type":"instancenorm","affine":true},
+      {"type":"residual","body":[{"type":"attention","num_heads":1,"k_bias":false,"v_bias":false,"o_bias":false,"causal":true},
+        {"type":"batchnorm"},{"type":"attention","num_heads":1,"q_bias":false,"v_bias":false,"causal":true}]}]})";
+  const json r = report_of(cfg);
+  const json& k = bias_row(r, "layers.3.body.2.k_proj.bias");
+  INFO(row_text(k));
+  INFO("structure: " << k.at("structure").dump());
+  CHECK(k.at("redundant_dim") == 1);
+  CHECK(k.at("verdict") == "redundant");
+  CHECK(k.at("consistent") == true);
+}
+
 }  // namespace biaslab::test

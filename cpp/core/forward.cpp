@@ -259,7 +259,9 @@ MatT<S> forward(const Model& m, const Weights<S>& w, const MatT<S>& x, Override<
     trace->inputs.assign(m.ops.size(), Mat());
     trace->attention.assign(m.ops.size(), AttentionCache());
   }
-  return run_ops<S>(m, w, x, {}, 0, ov, trace, nullptr);
+  MatT<S> y = run_ops<S>(m, w, x, {}, 0, ov, trace, nullptr);
+  if (trace) trace->output = y.template cast<double>();
+  return y;
 }
 
 template <class S>

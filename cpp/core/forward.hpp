@@ -33,6 +33,7 @@ struct AttentionCache {
 struct Trace {
   std::vector<Mat> inputs;             // inputs[i]: input of op i, (N, op.in)
   std::vector<AttentionCache> attention;  // indexed by op; empty for non-attention ops
+  Mat output;                          // the model's output, (N, F_out)
 };
 
 // One parameter replaced (for perturbations) without copying the rest.

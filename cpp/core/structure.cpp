@@ -17,6 +17,7 @@ namespace {
 double trace_bytes(const Trace& t) {
   double b = 0;
   for (const Mat& x : t.inputs) b += double(x.size());
+  b += double(t.output.size());
   for (const AttentionCache& a : t.attention) {
     b += double(a.q.size() + a.k.size() + a.v.size());
     for (const Mat& p : a.probs) b += double(p.size());
@@ -265,6 +266,10 @@ void compress(ColMat& R, double* flops) {
 
 }  // namespace
 
+// 32 unit roundoffs of the output's norm: a singular value below it moves the output, for a unit
+// bias move, by about as much as rounding does.
+constexpr double kRoundingRank = 32 * 0x1.0p-53;
+
 Structure StructureSolver::solve(int param, const std::function<bool()>& cancelled) {
   const ModelParam& p = m_.params[param];
   const int n = static_cast<int>(p.value.size());
@@ -284,7 +289,7 @@ Structure StructureSolver::solve(int param, const std::function<bool()>& cancell
 
   UnionFind uf(n);
   std::map<int, Cluster> clusters;  // by union-find root
-  double ref_sq = 0;
+  double ref_sq = 0, out_sq = 0;
   std::vector<SparseCol> cols;
   std::vector<int> owner, rowpos, pos(n, -1);
   double tau = 0;
@@ -299,9 +304,13 @@ Structure StructureSolver::solve(int param, const std::function<bool()>& cancell
     return out;
   };
 
+  // The null threshold for everything stacked so far: relative to the reference scale, and never
+  // below what a unit move could change at the level of the output's rounding (a reference that
+  // is itself rounding, e.g. keys of identical tokens, must not turn rounding into rank).
+  auto threshold = [&]() { return std::max(opt_.tol_rel * std::sqrt(ref_sq), kRoundingRank * std::sqrt(out_sq)); };
   // The rank of every cluster from its rows (factoring them), with tau for all inputs so far.
   auto decide = [&]() {
-    tau = opt_.tol_rel * std::sqrt(ref_sq);
+    tau = threshold();
     bool all_full = true;
     for (auto& [root, cl] : clusters) {  // full rank everywhere is settled by Gram matrices alone
       cl.sv = gram_singular_values(cl.R, tau);
@@ -633,6 +642,7 @@ Structure StructureSolver::solve(int param, const std::function<bool()>& cancell
         for (int j = 0; j < n; ++j) ref.values(r, j) = rng.normal() / std::sqrt(double(n));
       const Mat dref = jvp(m_, tr, ref, 1, cut);
       ref_sq += dref.squaredNorm();
+      out_sq += (cut < static_cast<int>(m_.ops.size()) ? tr.inputs[static_cast<size_t>(cut)] : tr.output).squaredNorm();
       out.flops += jvp_cost / std::max(1, n);
       for (size_t q = 0; q < kinks.size(); ++q) {
         const Mat& x = tr.inputs[static_cast<size_t>(kinks[q])];
@@ -645,7 +655,7 @@ Structure StructureSolver::solve(int param, const std::function<bool()>& cancell
       bool have_cols = false;
       if (confirm_mode) {
         if (!null_ready) prepare_null();
-        const double tau_now = opt_.tol_rel * std::sqrt(ref_sq);
+        const double tau_now = threshold();
         if (try_confirm(tr, dref.norm(), tau_now, &have_cols, &stopped)) {
           last_input_cost = out.flops - before;
           continue;
@@ -667,7 +677,7 @@ Structure StructureSolver::solve(int param, const std::function<bool()>& cancell
     }
     const int before_rank = rank;
     if (full_path) rank = decide();
-    else tau = opt_.tol_rel * std::sqrt(ref_sq);
+    else tau = threshold();
     out.rank_history.push_back(rank);
     out.inputs_history.push_back(inputs);
     const bool gained = rank > before_rank;
