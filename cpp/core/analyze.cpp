@@ -179,7 +179,7 @@ BIASLAB_COLD std::vector<Mat> exact_candidates(const Model& m, const ModelParam&
   }
   if (ends_with_local(p.name) == "v_proj.bias") {
     const Mat& Wo = m.params[m.ops[p.op + 1].w].value;  // (F, F)
-    out.push_back(Mat(Eigen::MatrixXd(Wo).colPivHouseholderQr().solve(Eigen::VectorXd::Ones(Wo.rows()))));
+    out.push_back(Mat(Eigen::HouseholderQR<Eigen::MatrixXd>(Eigen::MatrixXd(Wo)).solve(Eigen::VectorXd::Ones(Wo.rows()))));
   }
   return out;
 }
