@@ -553,8 +553,9 @@ def compare(result, report, ref):
         partly_redundant)? Dropped: yes. Centred in place (from == to): when it removes at least k
         degrees of freedom (a LayerNorm centring removes 1; a bias with more null directions, such
         as one behind a ReLU unit no input reaches, is only partly explained by it). Moved into
-        another bias: when that bias's own row is not flagged as only locally redundant (a move
-        maps the null directions onto the target's). A rule listed in the row's `folds` with no
+        another bias: when that bias has a row of its own that is not flagged as only locally
+        redundant (a move maps the null directions onto the target's; a target the fold creates,
+        such as a missing o_proj bias, has no row to vouch for them). A rule listed in the row's `folds` with no
         move naming the bias counts when it is exact at a layer that holds the bias."""
         named = False
         for f in exact_folds:
@@ -568,7 +569,7 @@ def compare(result, report, ref):
                 if to == param:
                     if not isinstance(f.get("dof_removed"), int) or f["dof_removed"] >= k:
                         return True
-                elif (rows.get(to) or {}).get("consistent") is not False:
+                elif to in rows and rows[to].get("consistent") is not False:
                     return True
         if named:
             return False
