@@ -1,13 +1,14 @@
 #!/usr/bin/env bash
 # Installs what biaslab needs from Debian's packages, skipping what is already there.
-#   scripts/install-deps.sh [native] [web] [torch]     (no argument: all three)
+#   scripts/install-deps.sh [native] [web] [torch] [fuzz]    (no argument: all four)
 #   native: compiler, CMake, Eigen, doctest, nlohmann-json   (the core, CLI and C++ tests)
 #   web:    Emscripten, Node.js + npm, Chromium             (the wasm module, the page, its tests)
 #   torch:  PyTorch and NumPy                              (the parity suite against torch)
+#   fuzz:   clang 14 and its runtime (libFuzzer, ASan, UBSan)  (scripts/fuzz.sh, fuzz/)
 set -euo pipefail
 
 groups=("$@")
-[ ${#groups[@]} -eq 0 ] && groups=(native web torch)
+[ ${#groups[@]} -eq 0 ] && groups=(native web torch fuzz)
 
 want=()
 for g in "${groups[@]}"; do
@@ -20,7 +21,8 @@ for g in "${groups[@]}"; do
       command -v npm >/dev/null || want+=(npm)
       ;;
     torch) want+=(python3-torch python3-numpy) ;;
-    *) echo "unknown group '$g' (native, web, torch)" >&2; exit 2 ;;
+    fuzz) want+=(clang-14 libclang-rt-14-dev cmake make libeigen3-dev nlohmann-json3-dev) ;;
+    *) echo "unknown group '$g' (native, web, torch, fuzz)" >&2; exit 2 ;;
   esac
 done
 

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # All tests: install what is missing, build, then run the C++ suites and CLI checks (ctest),
-# the Node tests of the wasm module and the browser tests in headless Chromium (web/: npm test).
+# the Node tests of the wasm module and the browser tests in headless Chromium (web/: npm test),
+# then a short fuzzing run of the core (scripts/fuzz.sh: 20 s per target, fails on any finding).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/install-deps.sh
@@ -8,3 +9,4 @@ scripts/build.sh
 ctest --test-dir build --output-on-failure -j"$(nproc)"
 scripts/build-web.sh wasm
 (cd web && { [ -d node_modules ] || npm ci --no-audit --no-fund; } && BIASLAB_WASM_DIR="$PWD/../build-wasm/cpp/wasm" npm test)
+scripts/fuzz.sh 20
