@@ -94,10 +94,18 @@ TEST_CASE("random stacks: every generated stack analyses with finite numbers, ex
       INFO(b.dump());
       CHECK(b.at("max_abs_delta").is_number());
       CHECK(b.at("noise_floor").is_number());
-      // These stacks are small: every structure is settled within its budget.
+      // These stacks are small: every structure is settled within its budget. Only ReLU units
+      // that no input activated leave bounds (dead or rare: sampling cannot tell).
+      CHECK(b.at("redundant_dim_min").get<int>() >= 0);
+      CHECK(b.at("redundant_dim_max").get<int>() <= b.at("size").get<int>());
+      if (b.at("verdict") == "undetermined") {
+        CHECK(b.at("redundant_dim").is_null());
+        CHECK(b.at("structure").at("stop_rule") == "no_gain_kinked");
+        CHECK(b.at("structure").at("inactive_units").get<int>() > 0);
+        CHECK(b.at("redundant_dim_min").get<int>() < b.at("redundant_dim_max").get<int>());
+        continue;
+      }
       REQUIRE(b.at("redundant_dim").is_number());
-      CHECK(b.at("redundant_dim").get<int>() >= 0);
-      CHECK(b.at("redundant_dim").get<int>() <= b.at("size").get<int>());
       CHECK(b.at("redundant_dim_min") == b.at("redundant_dim"));
       CHECK(b.at("redundant_dim_max") == b.at("redundant_dim"));
     }
@@ -112,7 +120,7 @@ TEST_CASE("random stacks: every generated stack analyses with finite numbers, ex
         continue;
       for (const json& mv : f.at("moves"))
         for (const json& b : r.at("biases")) {
-          if (b.at("param") != mv.at("from")) continue;
+          if (b.at("param") != mv.at("from") || b.at("verdict") == "undetermined") continue;
           INFO("fold " << f.at("rule") << " on " << b.dump());
           CHECK(b.at("redundant_dim").get<int>() > 0);
           CHECK(b.at("verdict") != "effective");

@@ -115,10 +115,16 @@ TEST_CASE("structure: a kink after the null space is made leaves the smooth rule
     const json& shift = bias_row(r, "layers.1.bias");
     INFO(row_text(shift));
     INFO("structure: " << shift.at("structure").dump());
-    if (shift.at("redundant_dim").get<int>() > 0) {
+    if (shift.at("verdict") == "undetermined") {
+      // Units that no input activated: dead ones make directions redundant, rare ones do not, and
+      // nothing sampled tells them apart, so the row gives bounds.
+      CHECK(shift.at("redundant_dim").is_null());
       CHECK(shift.at("structure").at("stop_rule") == "no_gain_kinked");
       CHECK(shift.at("structure").at("final_run").get<int>() >= 64);
-      CHECK(shift.at("structure").at("inactive_units").get<int>() >= shift.at("redundant_dim").get<int>());
+      const int units = shift.at("structure").at("inactive_units").get<int>();
+      CHECK(units > 0);
+      CHECK(shift.at("redundant_dim_max").get<int>() - shift.at("redundant_dim_min").get<int>() <= units);
+      CHECK(shift.at("undetermined_reason").get<std::string>().find("never active") != std::string::npos);
     } else {
       CHECK(shift.at("structure").at("stop_rule") == "full_rank");
     }

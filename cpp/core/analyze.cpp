@@ -401,6 +401,7 @@ BIASLAB_COLD json analyse_biases(Context& c) {
     if (st.kinked) {
       structure["final_run"] = st.final_run;
       structure["inactive_units"] = st.inactive_units;
+      structure["rarest_unit_rate"] = num(st.rarest_unit_rate);
     }
     row["structure"] = structure;
     if (st.determined && k > 0 && k < n && k <= 4) {
@@ -762,7 +763,8 @@ BIASLAB_COLD json analyze(const ExperimentConfig& cfg, const AnalyzeOptions& opt
                              "(the Jacobian is analytic in the input: a further random input that could add rank does so with "
                              "probability 1); no_gain_kinked: a ReLU on the way, and a run of at least " +
                                  std::to_string(so.kink_patience) +
-                                 " inputs (and twice the longest run before the last gain) added no rank and activated no unit for "
+                                 " inputs (and twice the longest run before the last gain, and 3 / the share of inputs that activate the "
+                                 "rarest unit seen active) added no rank and activated no unit for "
                                  "the first time; budget: a limit ran out first, and the row is undetermined with the bounds found"},
                             {"budget", {{"max_inputs", so.max_samples}, {"max_flops_per_bias", so.max_flops}}},
                             {"steps_note", "rank_history holds the rank after each step and inputs_history the inputs stacked by then: "

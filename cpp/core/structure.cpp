@@ -283,8 +283,8 @@ Structure StructureSolver::solve(int param, const std::function<bool()>& cancell
   for (int i = start; i < cut; ++i)
     if (m_.ops[i].kind == OpKind::activation && m_.ops[i].act == LayerType::relu) kinks.push_back(i);
   out.kinked = !kinks.empty();
-  std::vector<std::vector<char>> ever_active(kinks.size());
-  for (size_t i = 0; i < kinks.size(); ++i) ever_active[i].assign(static_cast<size_t>(m_.ops[kinks[i]].in), 0);
+  std::vector<std::vector<int>> active_inputs(kinks.size());  // per unit: inputs that activated it
+  for (size_t i = 0; i < kinks.size(); ++i) active_inputs[i].assign(static_cast<size_t>(m_.ops[kinks[i]].in), 0);
   const double jvp_cost = structural_flops_per_input(m_, p);
 
   UnionFind uf(n);
@@ -294,6 +294,16 @@ Structure StructureSolver::solve(int param, const std::function<bool()>& cancell
   std::vector<int> owner, rowpos, pos(n, -1);
   double tau = 0;
   int rank = 0, run = 0, longest_run = 0, inputs = 0;
+  // The rarest unit that some input activated, as a fraction of inputs: a direction only such
+  // units pass shows up about that rarely, so the run of inputs without gain must be long
+  // enough to meet it (about 3 / rate inputs: missed with probability e^-3 per such unit).
+  auto rarest_rate = [&]() {
+    double r = 1;
+    for (const auto& units : active_inputs)
+      for (int c : units)
+        if (c > 0) r = std::min(r, double(c) / std::max(1, inputs));
+    return r;
+  };
   int step_size = 1;
   bool confirm_mode = false;  // the last step added no rank: inputs first try to confirm
   bool null_ready = false;    // every cluster's vnull/snull matches its R and tau
@@ -647,9 +657,10 @@ Structure StructureSolver::solve(int param, const std::function<bool()>& cancell
       for (size_t q = 0; q < kinks.size(); ++q) {
         const Mat& x = tr.inputs[static_cast<size_t>(kinks[q])];
         for (Eigen::Index f = 0; f < x.cols(); ++f)
-          if (!ever_active[q][static_cast<size_t>(f)] && (x.col(f).array() > 0).any()) {
-            ever_active[q][static_cast<size_t>(f)] = 1;
-            new_units = new_units || inputs > 1;
+          if ((x.col(f).array() > 0).any()) {
+            int& c = active_inputs[q][static_cast<size_t>(f)];
+            if (c == 0 && inputs > 1) new_units = true;
+            ++c;
           }
       }
       bool have_cols = false;
@@ -707,7 +718,9 @@ Structure StructureSolver::solve(int param, const std::function<bool()>& cancell
       if (stopped) return stop_cancelled();
     }
     const bool kinked_rule = out.kinked && !kink_irrelevant;
-    const int needed = kinked_rule ? std::max(opt_.kink_patience, 2 * longest_run) : 1;
+    const int needed = kinked_rule ? std::max({opt_.kink_patience, 2 * longest_run,
+                                               static_cast<int>(std::ceil(3.0 / rarest_rate()))})
+                                   : 1;
     if (!gained && inputs >= opt_.min_samples && run >= needed) {
       out.stop = kinked_rule ? StopRule::no_gain_kinked : StopRule::no_gain;
       break;
@@ -728,8 +741,9 @@ Structure StructureSolver::solve(int param, const std::function<bool()>& cancell
   }
   out.samples = inputs;
   out.final_run = run;
-  for (const auto& act : ever_active)
-    for (char a : act) out.inactive_units += a == 0;
+  for (const auto& units : active_inputs)
+    for (int c : units) out.inactive_units += c == 0;
+  if (out.kinked) out.rarest_unit_rate = rarest_rate();
   out.reference = std::sqrt(ref_sq);
   out.clusters = static_cast<int>(clusters.size());
   if (out.stop == StopRule::budget) {
@@ -774,6 +788,21 @@ Structure StructureSolver::solve(int param, const std::function<bool()>& cancell
   }
   out.redundant_dim = static_cast<int>(basis.size());
   out.redundant_dim_min = out.redundant_dim_max = out.redundant_dim;
+  // Under the kinked rule, units that no input activated may carry directions that look null
+  // only because nothing reached them: each could hide one. Without a way to tell a dead unit
+  // from a rare one, only bounds hold.
+  if (out.stop == StopRule::no_gain_kinked && out.inactive_units > 0 && out.redundant_dim > 0) {
+    out.determined = false;
+    out.redundant_dim_min = std::max(0, out.redundant_dim - out.inactive_units);
+    char buf[400];
+    std::snprintf(buf, sizeof buf,
+                  "%d ReLU unit(s) on the way were never active over %d inputs: each may be dead (its directions then "
+                  "are redundant) or only rarely active (then an input that activates it adds rank), so %d to %d of %d "
+                  "directions are redundant",
+                  out.inactive_units, inputs, out.redundant_dim_min, out.redundant_dim, n);
+    out.stop_note = buf;
+    return out;
+  }
   out.null_basis.resize(n, out.redundant_dim);
   for (int j = 0; j < out.redundant_dim; ++j) out.null_basis.col(j) = basis[j];
   out.null_max = out.reference > 0 ? null_max / out.reference : 0;
@@ -798,9 +827,10 @@ Structure StructureSolver::solve(int param, const std::function<bool()>& cancell
       const double miss = std::pow(0.9, run);
       std::snprintf(buf, sizeof buf,
                     "a ReLU lies on the way: %d inputs in a row added no rank and activated no unit for the first time "
-                    "(the rule asks for at least %d and twice the longest such run before the last gain); a further "
-                    "direction that 10%% of inputs reach would have been missed with probability 0.9^%d = %.1e%s",
-                    run, opt_.kink_patience, run, miss,
+                    "(the rule asks for at least %d, twice the longest such run before the last gain, and 3 / the "
+                    "rate of the rarest active unit, %.3g); a further direction that 10%% of inputs reach would have "
+                    "been missed with probability 0.9^%d = %.1e%s",
+                    run, opt_.kink_patience, out.rarest_unit_rate, run, miss,
                     out.inactive_units > 0 ? "; some units were never active, and directions only they pass are counted as redundant here" : "");
       break;
     }

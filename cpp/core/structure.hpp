@@ -54,7 +54,8 @@ struct StructureOptions {
   // nothing ends the loop (after at least min_samples). With a kink (ReLU) an input adds rank
   // only if its activation pattern reaches the missing directions, which may be rare: the loop
   // then needs a run of kink_patience inputs (and at least twice the longest run seen before
-  // the last gain) that add no rank and activate no unit for the first time.
+  // the last gain, and 3 / the share of inputs that activate the rarest unit seen active) that
+  // add no rank and activate no unit for the first time.
   int min_samples = 2;
   int kink_patience = 64;
   // Budgets. When one runs out before a stopping rule holds, the result is undetermined, with
@@ -92,6 +93,7 @@ struct Structure {
   bool kinked = false;              // a ReLU lies between the bias and the Jacobian's cut
   int final_run = 0;                // inputs at the end that added no rank
   int inactive_units = 0;           // ReLU units on the path that no stacked input activated
+  double rarest_unit_rate = 1;      // of units some input activated: the smallest share of inputs
   double flops = 0;                 // work spent (estimated)
   StopRule stop = StopRule::no_gain;
   std::string stop_note;            // the rule that ended the loop, in a sentence

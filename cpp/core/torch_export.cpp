@@ -606,10 +606,10 @@ def structure(model, name, inputs, max_samples, subspace=None):
             remove()
         new_units = False
         for i, seen in enumerate(store):
-            now = (seen.reshape(-1, seen.shape[-1]) > 0).any(dim=0)
-            if active[i] is not None and bool((now & ~active[i]).any()):
+            now = (seen.reshape(-1, seen.shape[-1]) > 0).any(dim=0).long()
+            if active[i] is not None and bool(((now > 0) & (active[i] == 0)).any()):
                 new_units = True
-            active[i] = now if active[i] is None else active[i] | now
+            active[i] = now if active[i] is None else active[i] + now
         direction = torch.randn(BATCH, TOKENS, n, generator=generator, dtype=torch.float64) / math.sqrt(n)
         reference_sq += per_token_response(model, owner, x, direction).pow(2).sum().item()
         R = torch.linalg.qr(J if R is None else torch.cat([R, J]), mode="r").R
@@ -628,7 +628,9 @@ def structure(model, name, inputs, max_samples, subspace=None):
             longest, run = max(longest, run), 0
         else:
             run += 1
-        needed = max(KINK_PATIENCE, 2 * longest) if kinked else 1
+        # The rarest unit some input activated sets how long a run must be to meet what only it passes.
+        rarest = min([c.item() / (k + 1) for a in active for c in a if c > 0], default=1.0)
+        needed = max(KINK_PATIENCE, 2 * longest, math.ceil(3 / rarest)) if kinked else 1
         if not gained and k + 1 >= MIN_SAMPLES and run >= needed:
             rule = "no_gain_kinked" if kinked else "no_gain"
             break
@@ -640,8 +642,13 @@ def structure(model, name, inputs, max_samples, subspace=None):
            "null_basis": Vh[rank:].T, "samples": len(ranks), "rank_history": ranks, "stop_rule": rule,
            "null_sigma_max": (null.max().item() / reference) if len(null) and reference > 0 else 0.0,
            "kept_sigma_min": (kept.min().item() / reference) if rank and reference > 0 else 0.0}
+    inactive = sum(int((a == 0).sum()) for a in active if a is not None)
     if rule == "budget":
         out.update({"redundant_dim": None, "redundant_dim_min": 0, "redundant_dim_max": m - rank})
+    elif rule == "no_gain_kinked" and inactive and m - rank > 0 and P is None:
+        # Units no input activated: dead (their directions are redundant) or rare (they are not).
+        out.update({"redundant_dim": None, "redundant_dim_min": max(0, m - rank - inactive),
+                    "redundant_dim_max": m - rank, "inactive_units": inactive})
     if P is not None:
         nullity = m - rank
         out["null_basis"] = P @ out["null_basis"]
@@ -687,7 +694,7 @@ def analyse_biases(model, evaluator, max_samples, given_inputs=None, subspace=No
         n = p.numel()
         st = structure(model, name, inputs, max_samples, subspace)
         k = st["redundant_dim"]
-        undetermined = st["stop_rule"] == "budget"
+        undetermined = st["redundant_dim"] is None and "subspace" not in st
         u = unit_rms(torch.randn(n, generator=generator, dtype=torch.float64))
         full = compare(base, evaluator.run(name, p.detach() + u))
         row = {"param": name, "size": n, "redundant_dim": k,
@@ -714,8 +721,11 @@ def analyse_biases(model, evaluator, max_samples, given_inputs=None, subspace=No
         row["noise_floor"] = full["noise_floor"]
         if undetermined:
             row["consistent"] = None
-            row["undetermined_reason"] = (f"{max_samples} inputs (--max-samples) ran out before a stopping rule held: "
-                                          f"the rank found, {n - st['redundant_dim_max']} of {n}, is a lower bound")
+            row["undetermined_reason"] = (
+                f"{st['inactive_units']} ReLU unit(s) were never active: dead or only rarely active, which sampling "
+                f"cannot tell apart" if "inactive_units" in st else
+                f"{max_samples} inputs (--max-samples) ran out before a stopping rule held: "
+                f"the rank found, {n - st['redundant_dim_max']} of {n}, is a lower bound")
         elif k is None:  # only bounded by the subspace check: the verdict takes it as 0
             row["redundant_dim_at_most"] = st["redundant_dim_at_most"]
             row["consistent"] = None

@@ -135,6 +135,13 @@ def compare(case, engine, torch_report):
         e, t = eb[name], tb[name]
         n, k = e["size"], e["redundant_dim"]
         st = t["structure"]
+        if e["verdict"] == "undetermined":
+            # Only bounds: torch's answer, when it has one, must lie within them.
+            lo, hi = e["redundant_dim_min"], e["redundant_dim_max"]
+            tk = t.get("redundant_dim")
+            if tk is not None and not lo <= tk <= hi:
+                case.fail(f"{name} redundant_dim (of {n}) outside the engine's bounds", f"{lo}-{hi}", tk)
+            continue
         if "subspace" in st:
             s = st["subspace"]
             expected = max(0, s - (n - k))
