@@ -711,6 +711,11 @@ def analyse_biases(model, evaluator, max_samples, given_inputs=None, subspace=No
             # Both signs: an inactive ReLU unit cancels a push down but not a push up.
             plus = compare(base, evaluator.run(name, p.detach() + u))
             minus = compare(base, evaluator.run(name, p.detach() - u))
+            # The same rounding measured twice: both moves take the larger floor.
+            floor = max(plus["noise_floor"], minus["noise_floor"])
+            for d in (plus, minus):
+                d["noise_floor"] = floor
+                d["above_floor"] = d["max_abs_delta"] is None or d["max_abs_delta"] > floor
             inside = plus if plus["above_floor"] or not minus["above_floor"] else minus
             parts["redundant_part"] = {key: inside[key] for key in ("max_abs_delta", "noise_floor")}
             verdict = "effective" if inside["above_floor"] else "partly_redundant"
