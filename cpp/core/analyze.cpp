@@ -1,5 +1,6 @@
 #include "core/analyze.hpp"
 
+#include <algorithm>
 #include <cctype>
 #include <chrono>
 #include <cmath>
@@ -193,7 +194,10 @@ BIASLAB_COLD void snap_null_basis(const Model& m, const ModelParam& p, Structure
   const int n = st.size, k = st.redundant_dim;
   if (!st.determined || k == 0 || k == n) return;
   Eigen::MatrixXd B = st.null_basis;
-  for (const Mat& cand : exact_candidates(m, p)) {
+  std::vector<Mat> cands = exact_candidates(m, p);
+  // The widest candidate the basis contains wins (group-constant holds all-ones).
+  std::stable_sort(cands.begin(), cands.end(), [](const Mat& a, const Mat& b) { return a.cols() > b.cols(); });
+  for (const Mat& cand : cands) {
     const int j = static_cast<int>(cand.cols());
     if (j > k) continue;
     Eigen::HouseholderQR<Eigen::MatrixXd> qr{Eigen::MatrixXd(cand)};

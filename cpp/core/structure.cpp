@@ -578,8 +578,10 @@ Structure StructureSolver::solve(int param, const std::function<bool()>& cancell
         const SparseCol& sc = cols[gcols[j]];
         for (size_t e = 0; e < sc.rows.size(); ++e) M(at + rowpos[sc.rows[e]], j) = sc.vals[e];
       }
-      // Tall stacks are compressed as they grow (a triangular factor with the same Gram matrix).
-      if (M.rows() > 2 * ncol) compress(M, &out.flops);
+      // Stacks that grow tall over the inputs of one step are compressed as they grow (a
+      // triangular factor with the same Gram matrix); otherwise the rank decision factors them,
+      // or settles full rank from the Gram matrix without a QR.
+      if (M.rows() > 4 * ncol && double(M.size()) > 4e6) compress(M, &out.flops);
       Cluster cl;
       cl.cols = gcols;
       cl.R = std::move(M);
@@ -729,7 +731,9 @@ Structure StructureSolver::solve(int param, const std::function<bool()>& cancell
       // The inputs the rest of the rank needs at the rate just seen (one step, not one per input).
       const double rate = double(rank - before_rank) / done;
       step_size = static_cast<int>(std::ceil(double(n - rank) / std::max(rate, 1e-9)));
-      confirm_mode = false;
+      // One more input may well end the loop: it first tries to confirm the null space (cheap
+      // along a small one), and takes the full path only if the rank grows.
+      confirm_mode = step_size == 1;
     } else {
       step_size = std::max({needed - run, opt_.min_samples - inputs, 1});
       confirm_mode = true;
