@@ -46,12 +46,13 @@ for t in "${targets[@]}"; do
   runs="$(sed -n 's/^stat::number_of_executed_units: *//p' "$log" | tail -1)"
   speed="$(sed -n 's/^stat::average_exec_per_sec: *//p' "$log" | tail -1)"
   rss="$(sed -n 's/^stat::peak_rss_mb: *//p' "$log" | tail -1)"
+  analysed="$(sed -n 's/^stat::analysed_configs: *//p' "$log" | tail -1)"  # fuzz_analyze only
   corpus="$(ls "$work/$t/corpus" | wc -l)"
   findings=("$work/$t/findings"/*)
   [ -e "${findings[0]}" ] || findings=()
   if [ "$rc" -eq 0 ] && [ ${#findings[@]} -eq 0 ]; then
     passed=$((passed + 1))
-    echo "fuzz_$t: ok, ${runs:-?} executions (${speed:-?}/s, peak ${rss:-?} MB, corpus $corpus inputs), 0 findings"
+    echo "fuzz_$t: ok, ${runs:-?} executions (${speed:-?}/s, peak ${rss:-?} MB, corpus $corpus inputs)${analysed:+, analysed $analysed}, 0 findings"
   else
     failed=$((failed + 1))
     mkdir -p "build-fuzz/findings/$t"
