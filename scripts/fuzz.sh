@@ -61,8 +61,8 @@ for t in "${targets[@]}"; do
       cp "$f" "build-fuzz/findings/$t/"
       echo "  build-fuzz/findings/$t/$(basename "$f")  (reproduce: build-fuzz/fuzz_$t build-fuzz/findings/$t/$(basename "$f"))"
     done
-    # The sanitizer's or the check's own report, without libFuzzer's progress lines.
-    grep -v -E '^(#[0-9]+|INFO:|MS:|base unit:|\s*$)' "$log" | head -40 | sed 's/^/  | /'
+    # The sanitizer's or the check's own report: from its first line, without libFuzzer's noise.
+    awk '/==[0-9]+==|FUZZ_CHECK|runtime error|ERROR:/ { on = 1 } on' "$log" | head -40 | sed 's/^/  | /'
     cp "$log" "build-fuzz/findings/$t/log.txt"
   fi
 done
