@@ -4,6 +4,7 @@
 # temporary copy of its seed corpus (fuzz/corpus/<target>/ is never written to).
 #   scripts/fuzz.sh [SECONDS_PER_TARGET] [TARGET...]    (default: 60 s; config safetensors analyze)
 #   FUZZ_ARGS="-runs=1000000" scripts/fuzz.sh 3600 analyze    # extra libFuzzer flags
+#   FUZZ_ARGS="-fork=1 -ignore_crashes=1" scripts/fuzz.sh ...  # go on past findings, keep them all
 # Prints the executions and findings per target and a closing "fuzz: N passed, M failed" line;
 # exits 1 on any finding. A finding (the crashing, leaking or slow input) is copied to
 # build-fuzz/findings/<target>/; reproduce it with build-fuzz/fuzz_<target> FILE.
@@ -44,6 +45,8 @@ for t in "${targets[@]}"; do
     -print_final_stats=1 -artifact_prefix="$work/$t/findings/" ${FUZZ_ARGS:-} \
     "$work/$t/corpus" >"$log" 2>&1 || rc=$?
   runs="$(sed -n 's/^stat::number_of_executed_units: *//p' "$log" | tail -1)"
+  # -fork=N (through FUZZ_ARGS) prints no stat:: lines; its progress lines start "#RUNS:".
+  [ -n "$runs" ] || runs="$(sed -n 's/^#\([0-9][0-9]*\): cov:.*/\1/p' "$log" | tail -1)"
   speed="$(sed -n 's/^stat::average_exec_per_sec: *//p' "$log" | tail -1)"
   rss="$(sed -n 's/^stat::peak_rss_mb: *//p' "$log" | tail -1)"
   analysed="$(sed -n 's/^stat::analysed_configs: *//p' "$log" | tail -1)"  # fuzz_analyze only
