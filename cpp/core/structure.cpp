@@ -550,6 +550,7 @@ Structure StructureSolver::solve(int param, const std::function<bool()>& cancell
       std::vector<const ColMat*> blocks;
       std::vector<const std::vector<int>*> block_cols;
       std::vector<ColMat> svt;
+      svt.reserve(clusters.size());  // blocks point into it: it must not reallocate
       Eigen::Index old_rows = 0;
       for (const auto& [oroot, oc] : clusters)
         if (uf.find(oroot) == root) {
