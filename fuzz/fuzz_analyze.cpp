@@ -8,7 +8,8 @@
 //   - a valid config this small always analyses: the report has ok = true (an internal error, an
 //     out-of-memory or a refused limit here is a finding);
 //   - the report is well formed: every bias row has a known verdict and 0 <= redundant_dim <=
-//     size, the summary counts the rows, and the report serialises to JSON.
+//     size (or, when undetermined, a null redundant_dim), 0 <= redundant_dim_min <= _max <= size
+//     when given, the summary counts the rows, and the report serialises to JSON.
 // Byte-level mutations of JSON almost never give a valid config (about 1 in 500), so a custom
 // mutator also edits valid inputs as configs (a layer inserted, removed, wrapped in a residual
 // block, an option or the shape changed) and prints them back; see LLVMFuzzerCustomMutator.
@@ -271,18 +272,33 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
              "report without a boolean ok: " + report_text.substr(0, 400));
   FUZZ_CHECK(report["ok"].get<bool>(), "a small valid config fails to analyse: " +
                                            report_text.substr(0, 400) + "\n  config: " + text);
-  const Json& biases = report.at("biases");
-  FUZZ_CHECK(biases.is_array(), "biases is not an array");
+  FUZZ_CHECK(report.contains("biases") && report["biases"].is_array(), "biases is not an array");
+  const Json& biases = report["biases"];
   for (const Json& b : biases) {
-    const std::string param = b.at("param").get<std::string>();
-    const std::string verdict = b.at("verdict").get<std::string>();
-    FUZZ_CHECK(verdict == "redundant" || verdict == "partly_redundant" || verdict == "effective",
+    FUZZ_CHECK(b.is_object() && b.value("param", Json()).is_string() &&
+                   b.value("verdict", Json()).is_string() && b.value("size", Json()).is_number_integer(),
+               "a bias row without param, verdict or size: " + b.dump());
+    const std::string param = b["param"].get<std::string>(), verdict = b["verdict"].get<std::string>();
+    const long n = b["size"].get<long>();
+    const auto within = [&](const char* key) {
+      const Json v = b.value(key, Json());
+      FUZZ_CHECK(v.is_number_integer() && 0 <= v.get<long>() && v.get<long>() <= n,
+                 param + ": " + key + " " + v.dump() + " is not an integer in [0, " + std::to_string(n) + "]");
+      return v.get<long>();
+    };
+    // "undetermined": a stopping rule left bounds instead of one answer; redundant_dim is null.
+    FUZZ_CHECK(verdict == "redundant" || verdict == "partly_redundant" || verdict == "effective" ||
+                   verdict == "undetermined",
                param + ": unknown verdict " + verdict);
-    const long n = b.at("size").get<long>(), dim = b.at("redundant_dim").get<long>();
-    FUZZ_CHECK(0 <= dim && dim <= n, param + ": redundant_dim " + std::to_string(dim) +
-                                         " outside [0, " + std::to_string(n) + "]");
+    if (verdict == "undetermined")
+      FUZZ_CHECK(b.value("redundant_dim", Json(0)).is_null(), param + ": undetermined with a redundant_dim");
+    else
+      within("redundant_dim");
+    if (b.contains("redundant_dim_min") || b.contains("redundant_dim_max"))
+      FUZZ_CHECK(within("redundant_dim_min") <= within("redundant_dim_max"), param + ": bounds cross");
   }
-  FUZZ_CHECK(report.at("summary").at("biases").get<std::size_t>() == biases.size(),
+  const Json summary = report.value("summary", Json());
+  FUZZ_CHECK(summary.is_object() && summary.value("biases", Json()) == biases.size(),
              "summary.biases does not count the rows");
   return 0;
 }
