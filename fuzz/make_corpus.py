@@ -1,5 +1,6 @@
 #!/usr/bin/env python3
-"""Regenerates the seed corpora in fuzz/corpus/ (committed; run this only to refresh them).
+"""Writes the seed corpora in fuzz/corpus/ (committed; run this only to refresh them). It adds
+files and deletes none, so hand-added inputs (regression-*, findings of other targets) stay.
 
     python3 fuzz/make_corpus.py BIASLAB      # BIASLAB: a built CLI, e.g. build/biaslab
 
