@@ -150,4 +150,78 @@ TEST_CASE("structure: a reference scale at the level of rounding does not turn r
   CHECK(k.at("consistent") == true);
 }
 
+// The verdict moves the bias along its null basis on the analysed input. When that input was not
+// among the ones stacked, a basis accurate to rounding on them could still be 1e-13 off there
+// (one token into a GroupNorm, or a LayerNorm whose eps damps a direction), and the move showed
+// 4-88x above the floor next to an exact fold: the rows said `effective` (degenerate stacks
+// norm1 7000254, mixed 7000202 and 7000272 of the 2000-stack run, on main at 5b84bce). The
+// analysed input is now the structure's first input.
+TEST_CASE("structure: the null basis is accurate at the input the verdict moves the bias on") {
+  const struct {
+    const char* config;
+    const char* param;
+    int redundant;
+  } cases[] = {
+      {R"({"version":1,"seed":768187,"dtype":"float64","shape":{"batch":1,"tokens":1,"features":3},"layers":[
+          {"type":"linear","bias":true},{"type":"batchnorm","mode":"eval","affine":true},{"type":"linear","bias":true},
+          {"type":"layernorm","elementwise_affine":true,"bias":false},{"type":"linear","out_features":5,"bias":true}]})",
+       "layers.1.bias", 1},
+      {R"({"version":1,"seed":480748,"dtype":"float64","shape":{"batch":2,"tokens":1,"features":8},"layers":[
+          {"type":"residual","body":[{"type":"attention","num_heads":1,"causal":false,"rope":true}]},
+          {"type":"groupnorm","num_groups":4,"affine":true},
+          {"type":"residual","body":[{"type":"attention","num_heads":1,"causal":true}]},
+          {"type":"rmsnorm","elementwise_affine":false},
+          {"type":"residual","body":[{"type":"layernorm","eps":0.1},{"type":"linear","out_features":16},
+            {"type":"gelu"},{"type":"linear","out_features":8}]}]})",
+       "layers.0.body.0.v_proj.bias", 4},
+      {R"({"version":1,"seed":17582,"dtype":"float64","shape":{"batch":2,"tokens":1,"features":12},"layers":[
+          {"type":"residual","body":[{"type":"groupnorm","num_groups":1,"affine":true},{"type":"attention","num_heads":2,"causal":true,"rope":true}]},
+          {"type":"residual","body":[{"type":"attention","num_heads":2,"k_bias":false}]},
+          {"type":"groupnorm","num_groups":4,"affine":true},
+          {"type":"residual","body":[{"type":"linear","out_features":24},{"type":"relu"},{"type":"linear","out_features":12}]},
+          {"type":"layernorm"},{"type":"linear","out_features":6}]})",
+       "layers.1.body.0.v_proj.bias", 4},
+  };
+  for (const auto& c : cases) {
+    const json r = report_of(c.config);
+    const json& b = bias_row(r, c.param);
+    INFO(c.param);
+    INFO(row_text(b));
+    CHECK(b.at("redundant_dim") == c.redundant);
+    CHECK(b.at("verdict") == "partly_redundant");
+    CHECK(b.at("consistent") == true);
+    const json& part = b.at("parts").at("redundant_part");
+    CHECK_LE_TOL(part.at("max_abs_delta").get<double>(), part.at("noise_floor").get<double>(),
+                 "redundant part max |delta| vs its floor");
+  }
+}
+
+// With a ReLU on the way, a direction can be null at first order on every sampled input and still
+// act on a thin region of inputs: two units whose half-spaces nearly coincide, or a shift that
+// keeps every token active unless the input is far out. A finite move along it shows the effect.
+// Such a row used to say `effective` next to a redundant dimension of 1 (flagged inconsistent,
+// but a wrong number: the torch reference finds the direction effective, degenerate stack relu
+// 7000093 on main at 5b84bce). The row is now undetermined: the rank found is certain, the rest
+// is bounded.
+TEST_CASE("structure: where a ReLU decided the stop, null directions that a finite move shows to act leave bounds") {
+  const char* configs[] = {
+      R"({"version":1,"seed":355547,"dtype":"float64","shape":{"batch":1,"tokens":2,"features":2},"layers":[
+          {"type":"linear","out_features":32,"bias":true},{"type":"relu"},{"type":"linear","out_features":1,"bias":true}]})",
+      R"({"version":1,"seed":18,"dtype":"float64","shape":{"batch":3,"tokens":4,"features":1},"layers":[
+          {"type":"attention","num_heads":1,"q_bias":false,"k_bias":false,"v_bias":false,"o_bias":true,"causal":true},
+          {"type":"relu"},{"type":"groupnorm","num_groups":1,"affine":true}]})",
+  };
+  for (const char* cfg : configs) {
+    const json r = report_of(cfg);
+    const json& b = r.at("biases").at(0);
+    INFO(row_text(b));
+    CHECK(b.at("verdict") == "undetermined");
+    CHECK(b.at("redundant_dim").is_null());
+    CHECK(b.at("redundant_dim_min") == 0);
+    CHECK(b.at("redundant_dim_max") == 1);
+    CHECK(b.at("structure").at("stop_rule") == "no_gain_kinked");
+    CHECK(b.at("undetermined_reason").get<std::string>().rfind("a finite move along the 1 null direction", 0) == 0);
+  }
+}
+
 }  // namespace biaslab::test

@@ -120,9 +120,9 @@ int cmd_export_torch(const std::vector<std::string>& args) {
     biaslab::sync_network(tensors.net);
     tensors.input = biaslab::draw_input(*cfg, 0);
   }
-  // The engine's structural inputs are streams 1, 2, ... of the seed (TracePool).
+  // The engine's structural inputs are streams 0, 1, ... of the seed (TracePool).
   tensors.structure_inputs.clear();
-  for (int k = 1; k <= inputs_k; ++k) tensors.structure_inputs.push_back(biaslab::draw_input(*cfg, k));
+  for (int k = 0; k < inputs_k; ++k) tensors.structure_inputs.push_back(biaslab::draw_input(*cfg, k));
 
   const std::string script = biaslab::export_torch_script(*cfg, {title});
   if (script.empty()) {

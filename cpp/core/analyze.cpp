@@ -326,7 +326,6 @@ BIASLAB_COLD json analyse_biases(Context& c) {
     snap_null_basis(c.model, p, st);
     const int n = st.size, k = st.redundant_dim;
     const Vec u = unit_rms_direction(c.cfg.seed, "perturb." + p.name, n);
-    c.structures.push_back(st);
     c.directions.push_back(u);
 
     const Mat value = p.value + Mat(u);
@@ -334,9 +333,6 @@ BIASLAB_COLD json analyse_biases(Context& c) {
     c.null_runs.emplace_back();
     const Delta full = Evaluator::compare(c.ev->base(), c.unit_runs.back());
     json row = {{"param", p.name}, {"size", n}};
-    row["redundant_dim"] = st.determined ? json(k) : json(nullptr);
-    row["redundant_dim_min"] = st.redundant_dim_min;
-    row["redundant_dim_max"] = st.redundant_dim_max;
     // Measured verdict: a random full-size perturbation below the floor changes nothing; else
     // the structural null space is probed on its own. Without a structural answer there is no
     // verdict: the measured change is still reported.
@@ -367,6 +363,30 @@ BIASLAB_COLD json analyse_biases(Context& c) {
     } else {
       verdict = "effective";
     }
+    // Where a ReLU decided the stopping rule, null directions that a finite move shows to act are
+    // no longer certain at first order either: inputs the sample did not reach (a thin region of activation
+    // patterns, e.g. two units whose half-spaces nearly coincide) may act along them. The rank
+    // found is certain, the rest is not: only the bounds hold.
+    if (st.determined && st.stop == StopRule::no_gain_kinked && k > 0 && verdict == "effective") {
+      const json& moved = k < n ? parts["redundant_part"] : delta_json(full);
+      char buf[160];
+      std::snprintf(buf, sizeof buf, "max |delta| %.3g against a floor of %.3g",
+                    moved["max_abs_delta"].is_number() ? moved["max_abs_delta"].get<double>() : INFINITY,
+                    moved["noise_floor"].get<double>());
+      st.determined = false;
+      st.redundant_dim_min = 0;
+      st.redundant_dim_max = k;
+      st.stop_note = "a finite move along the " + std::to_string(k) + " null direction" + (k == 1 ? "" : "s") +
+                     " found over " + std::to_string(st.samples) + " inputs changes the output (" + buf +
+                     "); a ReLU lies on the way, so inputs the sample did not reach (a thin region of "
+                     "activation patterns) may act along them: the rank found, " + std::to_string(n - k) + " of " +
+                     std::to_string(n) + ", is certain, the rest is not";
+      verdict = "undetermined";
+    }
+    row["redundant_dim"] = st.determined ? json(k) : json(nullptr);
+    row["redundant_dim_min"] = st.redundant_dim_min;
+    row["redundant_dim_max"] = st.redundant_dim_max;
+    c.structures.push_back(st);
     row["verdict"] = verdict;
     row.update(delta_json(full));
     row["perturbation_rms"] = 1.0;
@@ -389,7 +409,8 @@ BIASLAB_COLD json analyse_biases(Context& c) {
       }
     }
     const std::string dirs = st.determined ? describe_directions(c.model, p, st) : "undetermined";
-    row["why"] = explain(c.model, p, st.determined ? k : 0, n, dirs);
+    // An undetermined row is explained by what could make its directions redundant (its upper bound).
+    row["why"] = explain(c.model, p, st.determined ? k : st.redundant_dim_max, n, dirs);
     row["directions"] = dirs;
     row["absorbed_by"] = nullptr;
     if (!parts.empty()) row["parts"] = parts;
@@ -724,7 +745,7 @@ BIASLAB_COLD json analyze(const ExperimentConfig& cfg, const AnalyzeOptions& opt
     c.x = draw_input(cfg, 0);
     c.ev = std::make_unique<Evaluator>(c.model, c.x);
     c.pool = std::make_unique<TracePool>(c.model, cfg);
-    c.solver = std::make_unique<StructureSolver>(c.model, *c.pool);
+    c.solver = std::make_unique<StructureSolver>(c.model, *c.pool, c.opt.structure);
     for (size_t i = 0; i < c.model.params.size(); ++i)
       if (is_bias_like(c.model.params[i].role)) c.bias_params.push_back(static_cast<int>(i));
 

@@ -7,6 +7,7 @@
 #include "core/json.hpp"
 
 #include "core/config.hpp"
+#include "core/structure.hpp"
 
 namespace biaslab {
 
@@ -18,6 +19,9 @@ struct AnalyzeOptions {
   std::function<void(const std::string& step, double fraction)> progress;
   // Polled between steps; true stops the analysis with an error {path:"", message:"cancelled"}.
   std::function<bool()> cancelled;
+  // Stopping rules and budgets of the structural dimension (the defaults are the documented ones;
+  // the fuzz target lowers the budget so that every input stays fast under the sanitizers).
+  StructureOptions structure;
 };
 
 // The report for a validated config: {"ok": true, "format": 1, "biases": [...], "folds": [...],

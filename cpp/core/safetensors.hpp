@@ -55,7 +55,7 @@ struct ExperimentTensors {
   Network net;
   Mat input;                          // (B*T, F)
   Mat output;                         // (B*T, F_out); empty when absent
-  std::vector<Mat> structure_inputs;  // K of (B*T, F): the structural analysis's inputs 1..K
+  std::vector<Mat> structure_inputs;  // K of (B*T, F): the structural analysis's inputs 0..K-1 (0: the analysed input)
 };
 
 Result<std::string> write_experiment_tensors(const ExperimentTensors& tensors);

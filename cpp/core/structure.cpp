@@ -35,14 +35,14 @@ const Trace& TracePool::get(int k) {
   // Kept in order while they fit: the inputs before k are made (and kept) first.
   while (static_cast<int>(traces_.size()) <= k && bytes_ < max_bytes_) {
     Trace t;
-    const Mat x = draw_input(cfg_, static_cast<int>(traces_.size()) + 1);
+    const Mat x = draw_input(cfg_, static_cast<int>(traces_.size()));
     forward<double>(m_, w_, x, {}, &t);
     bytes_ += trace_bytes(t);
     traces_.push_back(std::move(t));
   }
   if (k < static_cast<int>(traces_.size())) return traces_[k];
   scratch_ = Trace();
-  forward<double>(m_, w_, draw_input(cfg_, k + 1), {}, &scratch_);
+  forward<double>(m_, w_, draw_input(cfg_, k), {}, &scratch_);
   scratch_k_ = k;
   return scratch_;
 }

@@ -21,8 +21,10 @@
 
 namespace biaslab {
 
-// Forward traces of independent inputs (streams 1, 2, ...), made on demand and shared by all
-// biases of one analysis.
+// Forward traces of independent inputs (streams 0, 1, 2, ... of the seed), made on demand and
+// shared by all biases of one analysis. Stream 0 is the input the analysis perturbs and measures:
+// the null basis is then computed from data that includes it, so a move along that basis
+// (the verdict's redundant-part probe) is as close to null there as rounding allows.
 // Traces are kept while they fit in max_bytes; later ones are made again on every request (the
 // reference returned then stays valid until the next get).
 class TracePool {

@@ -508,7 +508,9 @@ def compare(a, b):
 
 class StructuralInputs:
     """Independent N(0, 1) inputs for the structural analysis, shared by all biases: the engine's
-    own first K when the weights file has them (`structure_inputs`), then drawn by torch."""
+    own first K when the weights file has them (`structure_inputs`), else the analysed input
+    first (as in the engine: the null basis is then accurate at the input the verdict moves the
+    bias on); then drawn by torch."""
 
     def __init__(self, seed, given=None):
         self.generator = torch.Generator().manual_seed(seed)
@@ -686,7 +688,7 @@ def analyse_biases(model, evaluator, max_samples, given_inputs=None, subspace=No
     0 < k < n null directions, a perturbation inside the null space decides partly_redundant)."""
     rows = []
     base = evaluator.run()
-    inputs = StructuralInputs(SEED + 1, given_inputs)
+    inputs = StructuralInputs(SEED + 1, given_inputs if given_inputs is not None else [evaluator.x64])
     generator = torch.Generator().manual_seed(SEED + 2)
     for name, p in model.named_parameters():
         if not name.endswith("bias"):
@@ -721,12 +723,25 @@ def analyse_biases(model, evaluator, max_samples, given_inputs=None, subspace=No
             verdict = "effective" if inside["above_floor"] else "partly_redundant"
         else:
             verdict = "effective"
+        if not undetermined and st["stop_rule"] == "no_gain_kinked" and k and verdict == "effective":
+            shown = parts["redundant_part"] if parts else full
+            moved = float("inf") if shown["max_abs_delta"] is None else shown["max_abs_delta"]
+            # As in the engine: a finite move acts along null directions that a ReLU's stopping rule
+            # left, so inputs the sample did not reach may act along them too; only bounds hold.
+            undetermined, verdict = True, "undetermined"
+            row.update({"redundant_dim": None, "redundant_dim_min": 0, "redundant_dim_max": k})
+            kinked_note = (f"a finite move along the {k} null direction{'' if k == 1 else 's'} found over "
+                           f"{st['samples']} inputs changes the output (max |delta| {moved:.3g} "
+                           f"against a floor of {shown['noise_floor']:.3g}); a ReLU lies on the way, so inputs the "
+                           f"sample did not reach may act along them: the rank found, {n - k} of {n}, is certain, "
+                           f"the rest is not")
+            st["kinked_note"] = kinked_note
         row["verdict"] = verdict
         row["max_abs_delta"] = full["max_abs_delta"]
         row["noise_floor"] = full["noise_floor"]
         if undetermined:
             row["consistent"] = None
-            row["undetermined_reason"] = (
+            row["undetermined_reason"] = st["kinked_note"] if "kinked_note" in st else (
                 f"{st['inactive_units']} ReLU unit(s) were never active: dead or only rarely active, which sampling "
                 f"cannot tell apart" if "inactive_units" in st else
                 f"{max_samples} inputs (--max-samples) ran out before a stopping rule held: "
