@@ -5,13 +5,13 @@
 // max |y32 - y64|. For a float64 config it is the same float32-vs-float64 difference scaled by
 // the ratio of unit roundoffs (2^-52 / 2^-23): the network's measured sensitivity to rounding,
 // at float64's precision. A difference between two forwards is real only above
-// noise_floor = 4 * (rounding of the first + rounding of the second); never a fixed tolerance.
-// For float64 the floor is also at least 4 * 2^-29 * the same difference taken in float32: when
+// noise_floor = 8 * (rounding of the first + rounding of the second); never a fixed tolerance.
+// For float64 the floor is also at least 8 * 2^-29 * the same difference taken in float32: when
 // nothing real changed, that difference is float32's rounding noise of this very comparison,
 // conditioning included (near-constant sets, cancellation), which the per-output estimates miss;
 // when something did change, the term is 1.5e-8 of the change and decides nothing.
 // (2 would bound |e1 - e2| by |e1| + |e2| if the roundings were known exactly; the other factor
-// of 2 covers the float64 estimate, which is a scaled measurement, not the error itself.)
+// of 4 covers the float64 estimate, which is a scaled measurement, not the error itself.)
 #pragma once
 
 #include <optional>

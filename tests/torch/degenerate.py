@@ -26,7 +26,7 @@ in the stack (so an all-zero Jacobian is recognised as zero). A row with a singu
 AMBIGUOUS (relative), or whose reference rank still rose between the first half of its inputs and
 all of them (so that the reference itself may not have converged), is left out of the pass/fail
 count and reported as ambiguous. Where the engine finds more rank than the reference (a smaller
-redundant_dim), the reference is computed again with 4, then 16 times as many fresh inputs, since
+redundant_dim), the reference is computed again with 4, 16, then 64 times as many fresh inputs, since
 a ReLU unit that standard-normal inputs seldom reach (one in 300, say) can hide from 2n + 32 of them.
 
 Per row it checks
@@ -70,7 +70,7 @@ REL_RANK = 1e-9            # singular value / scale above this: counted in the r
 AMBIGUOUS = (1e-12, 1e-7)  # singular value / scale inside this band: the row is ambiguous
 SCALE_FLOOR = 1e-4         # the scale is at least this fraction of the stack's largest response
 CHUNK_ELEMENTS = 1 << 21   # about how many numbers one vectorised Jacobian pass holds per tensor
-ESCALATE = (4, 16)        # where the engine finds more rank: the reference again with 4x, then 16x the inputs
+ESCALATE = (4, 16, 64)    # where the engine finds more rank: the reference again with 4x, 16x, then 64x the inputs
 ENGINE_TIMEOUT = 300
 FORWARD_RTOL = 1e-8
 
@@ -457,7 +457,7 @@ class Reference:
     def escalate(self, report, ref):
         """Where the engine finds MORE rank than the reference (a smaller redundant_dim, or an upper
         bound below the reference's nullity), the reference may have missed a rare event (a ReLU
-        unit that standard-normal inputs seldom reach): it is recomputed with 4, then 16 times as
+        unit that standard-normal inputs seldom reach): it is recomputed with 4, 16, then 64 times as
         many fresh inputs (ESCALATE), and the larger rank is kept (rank found is never spurious here: the
         threshold is far above the rounding)."""
         for row in report["biases"]:
