@@ -1,0 +1,204 @@
+#!/usr/bin/env python3
+"""Golden reports: the engine's full reports (biases, folds, minimal model, invariances, sweep) for
+every preset and a stored corpus of random stacks, compared value for value with reports saved
+earlier. It guards refactors that must not change behaviour (the layer registry, the split of the
+analyses): any difference in any field but the wall-clock timings fails.
+
+    tests/golden/golden.py check BIASLAB            # compare (the test command runs this)
+    tests/golden/golden.py make BIASLAB [--count N] # write corpus.json (if absent) and reports.json.gz
+
+BIASLAB is a built CLI, e.g. build/biaslab. The corpus (corpus.json) is drawn once from the
+config schema (`biaslab schema`: every layer type, every option, at small and degenerate sizes:
+1 token, 1 feature, batch 1, float32 and float64, nested residual blocks) and then kept, so a new
+option in the schema does not change it; `make --new-corpus` draws it again. The reports are
+stored gzipped as one JSON object {name: report} with `timing_ms` removed.
+
+Regenerate the reports only for a change that is meant to change answers, and say so in the
+commit. A report compares equal when its JSON values are equal: numbers bit for bit (the engine
+prints doubles so that they read back exactly), strings and order of arrays exactly.
+
+Exit status: 0 all equal, 1 differences (each printed with its first differing field), 2 usage.
+"""
+import argparse
+import gzip
+import json
+import os
+import random
+import subprocess
+import sys
+from concurrent.futures import ThreadPoolExecutor
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+CORPUS = os.path.join(HERE, "corpus.json")
+REPORTS = os.path.join(HERE, "reports.json.gz")
+DROPPED = ("timing_ms",)  # wall-clock fields: the only ones allowed to differ
+
+
+def run(biaslab, args, stdin=None):
+    done = subprocess.run([biaslab] + args, input=stdin, capture_output=True, text=True, check=False)
+    return done.returncode, done.stdout, done.stderr
+
+
+def analyse(biaslab, entry):
+    """The report of one corpus entry (a preset name or a config), timings removed."""
+    if "preset" in entry:
+        rc, out, err = run(biaslab, ["analyze", "--preset", entry["preset"], "--format", "json"])
+    else:
+        rc, out, err = run(biaslab, ["analyze", "-", "--format", "json"], json.dumps(entry["config"]))
+    if not out.strip():
+        return {"exit": rc, "stderr": err.strip()[-400:]}
+    report = json.loads(out)
+    for key in DROPPED:
+        report.pop(key, None)
+    report["exit"] = rc
+    return report
+
+
+def draw_layer(rng, schema, width, depth):
+    """One layer of a type drawn from the schema, every option drawn from its schema entry, kept
+    valid for the running width (heads and groups divide it; RoPE needs an even head dimension).
+    Returns (layer, width after it)."""
+    types = [t for t in schema["layer_types"] if t["name"] != "residual" or depth < 2]
+    kind = rng.choice(types)
+    if kind["name"] == "residual":
+        body, inner = [], width
+        for _ in range(rng.randint(1, 3)):
+            layer, inner = draw_layer(rng, schema, inner, depth + 1)
+            body.append(layer)
+        if inner != width:
+            body.append({"type": "linear", "out_features": width})
+        return {"type": "residual", "body": body}, width
+    divisors = [d for d in range(1, width + 1) if width % d == 0]
+    layer = {"type": kind["name"]}
+    out = width
+    for opt in kind["options"]:
+        if rng.random() < 0.25:
+            continue  # left to its default
+        name, typ = opt["name"], opt["type"]
+        if typ == "bool":
+            layer[name] = rng.random() < 0.5
+        elif typ == "enum":
+            layer[name] = rng.choice(opt["values"])
+        elif typ == "number":
+            layer[name] = rng.choice([opt["default"], 1e-3, 0.1, opt.get("max", 1.0)])
+        elif name in ("num_heads", "num_groups"):
+            layer[name] = rng.choice(divisors)
+        elif name == "out_features":
+            out = rng.randint(1, 8)
+            layer[name] = out
+        elif typ == "int":
+            layer[name] = rng.randint(opt.get("min", 1), min(opt.get("max", 8), 8))
+    if kind["name"] == "attention":
+        heads = layer.get("num_heads", 4 if width % 4 == 0 else 1)
+        layer["num_heads"] = heads
+        if layer.get("rope") and (width // heads) % 2:
+            layer["rope"] = False
+    if kind["name"] == "groupnorm" and "num_groups" not in layer:
+        layer["num_groups"] = rng.choice(divisors)
+    return layer, out
+
+
+def draw_corpus(schema, count, seed=20261123):
+    rng = random.Random(seed)
+    corpus = []
+    for i in range(count):
+        width = rng.randint(1, 8)
+        shape = {"batch": rng.randint(1, 3), "tokens": rng.randint(1, 5), "features": width}
+        layers = []
+        for _ in range(rng.randint(1, 4)):
+            layer, width = draw_layer(rng, schema, width, 0)
+            layers.append(layer)
+        corpus.append({"name": f"random-{i:03d}", "config": {
+            "version": 1, "seed": i, "dtype": rng.choice(["float32", "float64"]), "shape": shape,
+            "layers": layers}})
+    return corpus
+
+
+def entries(biaslab):
+    rc, out, _ = run(biaslab, ["presets"])
+    presets = [line.split()[0] for line in out.splitlines() if line.strip() and not line.startswith(" ")]
+    with open(CORPUS) as f:
+        corpus = json.load(f)
+    return [{"name": "preset-" + p, "preset": p} for p in presets] + corpus
+
+
+def first_difference(a, b, path="$"):
+    if type(a) is not type(b):
+        return f"{path}: {json.dumps(a)[:120]} != {json.dumps(b)[:120]}"
+    if isinstance(a, dict):
+        for key in list(a) + [k for k in b if k not in a]:
+            if key not in a or key not in b:
+                return f"{path}.{key}: only in the {'stored' if key in a else 'new'} report"
+            d = first_difference(a[key], b[key], f"{path}.{key}")
+            if d:
+                return d
+        if list(a) != list(b):
+            return f"{path}: keys in another order"
+        return None
+    if isinstance(a, list):
+        for i, (x, y) in enumerate(zip(a, b)):
+            d = first_difference(x, y, f"{path}[{i}]")
+            if d:
+                return d
+        return None if len(a) == len(b) else f"{path}: {len(a)} items stored, {len(b)} now"
+    if a != b or (isinstance(a, float) and a.hex() != b.hex()):
+        return f"{path}: stored {json.dumps(a)[:120]}, now {json.dumps(b)[:120]}"
+    return None
+
+
+def analyse_all(biaslab, items, jobs):
+    with ThreadPoolExecutor(max_workers=jobs) as pool:
+        return dict(zip([e["name"] for e in items], pool.map(lambda e: analyse(biaslab, e), items)))
+
+
+def main(argv):
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("command", choices=["check", "make"])
+    parser.add_argument("biaslab")
+    parser.add_argument("--count", type=int, default=300, help="random stacks in a new corpus (default 300)")
+    parser.add_argument("--new-corpus", action="store_true", help="draw corpus.json again (make only)")
+    parser.add_argument("--jobs", type=int, default=os.cpu_count() or 1)
+    args = parser.parse_args(argv)
+    biaslab = os.path.abspath(args.biaslab)
+    if not os.access(biaslab, os.X_OK):
+        print(f"golden: {args.biaslab} is not an executable", file=sys.stderr)
+        return 2
+
+    if args.command == "make":
+        if args.new_corpus or not os.path.exists(CORPUS):
+            schema = json.loads(run(biaslab, ["schema"])[1])
+            with open(CORPUS, "w") as f:
+                json.dump(draw_corpus(schema, args.count), f, indent=0)
+                f.write("\n")
+        items = entries(biaslab)
+        reports = analyse_all(biaslab, items, args.jobs)
+        text = json.dumps(reports, sort_keys=False, separators=(",", ":"))
+        with gzip.GzipFile(REPORTS, "wb", mtime=0) as f:  # mtime 0: the same reports give the same bytes
+            f.write(text.encode())
+        failed = [n for n, r in reports.items() if r.get("exit") != 0]
+        print(f"golden: wrote {len(reports)} reports ({len(text) / 1e6:.1f} MB of JSON, "
+              f"{os.path.getsize(REPORTS) / 1e6:.2f} MB gzipped); {len(failed)} exited non-zero"
+              + (": " + ", ".join(failed[:8]) if failed else ""))
+        return 0
+
+    with gzip.open(REPORTS, "rt") as f:
+        stored = json.load(f)
+    items = entries(biaslab)
+    now = analyse_all(biaslab, items, args.jobs)
+    differ = 0
+    for name in sorted(set(stored) | set(now)):
+        if name not in stored or name not in now:
+            differ += 1
+            print(f"DIFF {name}: {'new entry (not stored)' if name in now else 'stored, no longer in the corpus'}")
+            continue
+        d = first_difference(stored[name], now[name])
+        if d:
+            differ += 1
+            print(f"DIFF {name}: {d}")
+    print(f"golden: {len(now) - differ} of {len(now)} reports identical to the stored ones"
+          + (f"; {differ} differ" if differ else ""))
+    return 1 if differ else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
