@@ -400,7 +400,7 @@ BIASLAB_COLD json analyse_biases(Context& c) {
         if (verdict == "effective")
           row["note"] = "the " + std::to_string(k) + " null directions of the Jacobian (first order, at the sampled inputs) "
                         "change the output under a finite perturbation: the redundancy is local only (for example "
-                        "units that no sampled input activates)";
+                        "a scale-invariant norm whose input a move of this size shrinks through zero)";
         else
           row["note"] = "on this input the perturbation's effect stays below the noise floor although, over " +
                         std::to_string(st.samples) + " inputs, the structure finds " + std::to_string(n - k) +

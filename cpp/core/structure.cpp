@@ -812,7 +812,7 @@ Structure StructureSolver::solve(int param, const std::function<bool()>& cancell
   for (int j = 0; j < out.redundant_dim; ++j) out.null_basis.col(j) = basis[j];
   out.null_max = out.reference > 0 ? null_max / out.reference : 0;
   out.kept_min = out.reference > 0 ? kept_min / out.reference : 0;
-  char buf[400];
+  char buf[640];  // the longest note is about 480 characters
   switch (out.stop) {
     case StopRule::full_rank:
       std::snprintf(buf, sizeof buf, "full rank after %d inputs: nothing is redundant", inputs);
