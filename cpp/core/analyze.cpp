@@ -793,7 +793,9 @@ BIASLAB_COLD json analyze(const ExperimentConfig& cfg, const AnalyzeOptions& opt
                                  std::to_string(so.kink_patience) +
                                  " inputs (and twice the longest run before the last gain, and 3 / the share of inputs that activate the "
                                  "rarest unit seen active) added no rank and activated no unit for "
-                                 "the first time; budget: a limit ran out first, and the row is undetermined with the bounds found"},
+                                 "the first time (a row is undetermined when some unit was never active, or when a finite move along "
+                                 "its null directions changes the output); budget: a limit ran out first, and the row is "
+                                 "undetermined with the bounds found"},
                             {"budget", {{"max_inputs", so.max_samples}, {"max_flops_per_bias", so.max_flops}}},
                             {"steps_note", "rank_history holds the rank after each step and inputs_history the inputs stacked by then: "
                                            "a step stacks as many inputs as the rate of gain says the rest of the rank needs"},

@@ -141,6 +141,10 @@ def first_difference(a, b, path="$"):
             if d:
                 return d
         return None if len(a) == len(b) else f"{path}: {len(a)} items stored, {len(b)} now"
+    if isinstance(a, str) and a != b:
+        i = next((i for i, (x, y) in enumerate(zip(a, b)) if x != y), min(len(a), len(b)))
+        lo = max(0, i - 30)
+        return f"{path}: from character {i}: stored ...{a[lo:i + 60]!r}, now ...{b[lo:i + 60]!r}"
     if a != b or (isinstance(a, float) and a.hex() != b.hex()):
         return f"{path}: stored {json.dumps(a)[:120]}, now {json.dumps(b)[:120]}"
     return None
