@@ -1,0 +1,301 @@
+// The bias rows: structure, measured verdict, and the sentence that explains them.
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+
+#include <Eigen/QR>
+#include <Eigen/SVD>
+
+#include "core/analysis.hpp"
+#include "core/cold.hpp"
+#include "core/rng.hpp"
+
+namespace biaslab::analysis {
+namespace {
+
+std::string describe_directions(const Model& m, const ModelParam& p, const Structure& st);
+
+// Why a bias is (or is not) redundant: from where it enters and what its tangent meets next.
+BIASLAB_COLD std::string explain(const Model& m, const ModelParam& p, int k, int n, const std::string& directions) {
+  const std::string local = ends_with_local(p.name);
+  const Op& op = m.ops[p.op];
+  if (op.kind == OpKind::attention) {
+    if (local == "k_proj.bias") {
+      if (op.rope && k < n)
+        return "RoPE rotates the key bias by each key's position, so q_i . R_j b_K varies along the row";
+      return std::string("adds q_i . b_K to every score of row i; softmax is shift invariant") +
+             (op.causal ? " (masked scores stay masked)" : "");
+    }
+    if (local == "q_proj.bias") return "adds b_Q . k_j to the scores, which varies with the key j";
+    if (local == "v_proj.bias") {
+      std::string s = "softmax rows sum to 1, so every token gains W_O b_V: it folds into the output bias";
+      if (k > 0) s += "; what follows cancels the part of W_O b_V it cannot see";
+      return s;
+    }
+  }
+  // Walk past ops that map the bias linearly (residual adds, Linear, BatchNorm eval) to the op
+  // that decides its fate; a Linear whose null space is the redundant part is named itself.
+  const Next nx = next_op(m, p.op);
+  if (nx.op && nx.op->kind == OpKind::linear && directions.rfind("null space of", 0) == 0)
+    return "the next Linear sees only its row space: its weight's null space is lost";
+  std::string via;
+  const Op* at = nullptr;
+  for (size_t i = p.op + 1; i < m.ops.size(); ++i) {
+    const Op& o = m.ops[i];
+    if (o.kind == OpKind::residual_end) {
+      if (via.empty()) via = "through the residual add, ";
+      continue;
+    }
+    if (o.kind == OpKind::linear || (o.kind == OpKind::norm && o.norm == NormKind::batch_eval)) {
+      if (!(o.kind == OpKind::norm && i == static_cast<size_t>(p.op) + 1 && k == 0)) {
+        via = "through the linear maps that follow, ";
+        continue;
+      }
+    }
+    at = &o;
+    break;
+  }
+  if (!at) return via + "added to the output";
+  switch (at->kind) {
+    case OpKind::norm:
+      switch (at->norm) {
+        case NormKind::batch_train: return via + "BatchNorm (train) subtracts each feature's batch mean";
+        case NormKind::batch_eval:
+          return via + "BatchNorm (eval) uses running statistics: nothing subtracts it (it fuses into the BatchNorm shift)";
+        case NormKind::layer: return via + "LayerNorm subtracts each token's mean: only the all-ones direction cancels";
+        case NormKind::rms: return via + "RMSNorm does not centre (it is only scale invariant)";
+        case NormKind::group: return via + "GroupNorm subtracts each group's mean: the group-constant part cancels";
+        case NormKind::instance: return via + "InstanceNorm subtracts each feature's mean over the tokens";
+      }
+      break;
+    case OpKind::softmax: return via + "softmax is shift invariant: the all-ones direction cancels";
+    case OpKind::activation:
+      return via + (k > 0 ? "a nonlinearity follows: directions it never passes (inactive units) are lost"
+                          : "a nonlinearity follows: every direction changes the output");
+    case OpKind::attention: return via + "feeds the projections of an attention layer";
+    case OpKind::residual_begin: return via + "feeds a residual block";
+    default: break;
+  }
+  return via + "passes on to the output";
+}
+
+// Names the redundant subspace where it is recognisable.
+BIASLAB_COLD std::string describe_directions(const Model& m, const ModelParam& p, const Structure& st) {
+  const int n = st.size, k = st.redundant_dim;
+  if (k == 0) return "none";
+  if (k == n) return "all";
+  const Mat& B = st.null_basis;  // orthonormal columns
+  auto spans = [&](const Mat& S) {  // S: (n, j) columns; does span(B) == span(S)?
+    if (S.cols() != k) return false;
+    Eigen::HouseholderQR<Eigen::MatrixXd> qr(S);
+    const Eigen::MatrixXd Q = qr.householderQ() * Eigen::MatrixXd::Identity(n, k);
+    return (B - Q * (Q.transpose() * B)).norm() < 1e-6 * std::sqrt(double(k));
+  };
+  if (spans(Mat::Ones(n, 1))) return "all-ones";
+  const Next nx = next_op(m, p.op);
+  if (nx.op && nx.op->kind == OpKind::norm && nx.op->norm == NormKind::group) {
+    const int G = nx.op->groups, per = n / G;
+    Mat S = Mat::Zero(n, G);
+    for (int g = 0; g < G; ++g) S.block(g * per, g, per, 1).setOnes();
+    if (spans(S)) return "constant within each of the " + std::to_string(G) + " groups";
+  }
+  if (nx.op && nx.op->kind == OpKind::linear) {
+    const Mat& W = m.params[nx.op->w].value;
+    if ((W * B).norm() < 1e-8 * W.norm()) return "null space of " + m.params[nx.op->w].name;
+  }
+  if (ends_with_local(p.name) == "v_proj.bias" && k == 1) {
+    const Mat& Wo = m.params[m.ops[p.op + 1].w].value;
+    Vec y = Wo * B.col(0);
+    const Vec ones = Vec::Ones(y.size()) / std::sqrt(double(y.size()));
+    if ((y - ones * ones.dot(y)).norm() < 1e-6 * y.norm())
+      return "W_O b_V along all-ones";
+  }
+  return std::to_string(k) + " of " + std::to_string(n) + " directions";
+}
+
+// The exact subspaces the theory predicts for a bias (all-ones; group-constant before a
+// GroupNorm; W_O^+ 1 for a value bias), as (n, j) matrices.
+BIASLAB_COLD std::vector<Mat> exact_candidates(const Model& m, const ModelParam& p) {
+  const int n = static_cast<int>(p.value.size());
+  std::vector<Mat> out{Mat::Ones(n, 1)};
+  const Next nx = next_op(m, p.op);
+  if (nx.op && nx.op->kind == OpKind::norm && nx.op->norm == NormKind::group && nx.op->groups > 1 &&
+      n % nx.op->groups == 0) {
+    const int G = nx.op->groups, per = n / G;
+    Mat S = Mat::Zero(n, G);
+    for (int g = 0; g < G; ++g) S.block(g * per, g, per, 1).setOnes();
+    out.push_back(S);
+  }
+  if (ends_with_local(p.name) == "v_proj.bias") {
+    const Mat& Wo = m.params[m.ops[p.op + 1].w].value;  // (F, F)
+    out.push_back(Mat(Eigen::HouseholderQR<Eigen::MatrixXd>(Eigen::MatrixXd(Wo)).solve(Eigen::VectorXd::Ones(Wo.rows()))));
+  }
+  return out;
+}
+
+// The null basis with each exact candidate subspace it contains (to 1e-6) put in exactly. A
+// basis taken from computed Jacobians is only as accurate as their rounding allows: where a
+// Jacobian is nearly degenerate (one token into a LayerNorm, whose eps damps the rest), that
+// is 1e-11 off the exact direction, enough for a move along it to show above the floor. The
+// snapped basis spans the same space to that accuracy; the verdict's probe then measures it.
+BIASLAB_COLD void snap_null_basis(const Model& m, const ModelParam& p, Structure& st) {
+  const int n = st.size, k = st.redundant_dim;
+  if (!st.determined || k == 0 || k == n) return;
+  Eigen::MatrixXd B = st.null_basis;
+  std::vector<Mat> cands = exact_candidates(m, p);
+  // The widest candidate the basis contains wins (group-constant holds all-ones).
+  std::stable_sort(cands.begin(), cands.end(), [](const Mat& a, const Mat& b) { return a.cols() > b.cols(); });
+  for (const Mat& cand : cands) {
+    const int j = static_cast<int>(cand.cols());
+    if (j > k) continue;
+    Eigen::HouseholderQR<Eigen::MatrixXd> qr{Eigen::MatrixXd(cand)};
+    const Eigen::MatrixXd Q = qr.householderQ() * Eigen::MatrixXd::Identity(n, j);
+    if ((Q - B * (B.transpose() * Q)).norm() > 1e-6 * std::sqrt(double(j))) continue;
+    // The rest of the basis: B's part orthogonal to Q, k - j directions.
+    const Eigen::MatrixXd R = B - Q * (Q.transpose() * B);
+    Eigen::BDCSVD<Eigen::MatrixXd> svd(R, Eigen::ComputeThinU);
+    Eigen::MatrixXd nb(n, k);
+    nb.leftCols(j) = Q;
+    if (k > j) nb.rightCols(k - j) = svd.matrixU().leftCols(k - j);
+    st.null_basis = nb;
+    return;
+  }
+}
+
+}  // namespace
+
+BIASLAB_COLD json analyse_biases(Context& c) {
+  json rows = json::array();
+  const int nb = static_cast<int>(c.bias_params.size());
+  for (int bi = 0; bi < nb; ++bi) {
+    const int pi = c.bias_params[bi];
+    const ModelParam& p = c.model.params[pi];
+    c.step("structure of " + p.name, 0.05 + 0.6 * bi / std::max(1, nb));
+    const auto t_solve = std::chrono::steady_clock::now();
+    Structure st = c.solver->solve(pi, c.opt.cancelled);
+    const double solve_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t_solve).count();
+    if (c.opt.cancelled && c.opt.cancelled()) throw Cancelled{};
+    snap_null_basis(c.model, p, st);
+    const int n = st.size, k = st.redundant_dim;
+    const Vec u = unit_rms_direction(c.cfg.seed, "perturb." + p.name, n);
+    c.directions.push_back(u);
+
+    const Mat value = p.value + Mat(u);
+    c.unit_runs.push_back(c.ev->run(pi, &value));
+    c.null_runs.emplace_back();
+    const Delta full = Evaluator::compare(c.ev->base(), c.unit_runs.back());
+    json row = {{"param", p.name}, {"size", n}};
+    // Measured verdict: a random full-size perturbation below the floor changes nothing; else
+    // the structural null space is probed on its own. Without a structural answer there is no
+    // verdict: the measured change is still reported.
+    std::string verdict;
+    json parts = json::object();
+    if (!st.determined) {
+      verdict = "undetermined";
+    } else if (!full.above_floor()) {
+      verdict = "redundant";
+    } else if (k > 0 && k < n) {
+      Rng rng(c.cfg.seed, "null." + p.name);
+      Vec g(k);
+      for (int i = 0; i < k; ++i) g(i) = rng.normal();
+      Vec un = st.null_basis * g;
+      un *= std::sqrt(double(n)) / un.norm();
+      // Both signs: a direction a ReLU cancels one way (an inactive unit pushed further down)
+      // may act the other way.
+      const Mat vp = p.value + Mat(un), vm = p.value - Mat(un);
+      c.null_runs.back() = c.ev->run(pi, &vp);
+      Delta dp = Evaluator::compare(c.ev->base(), *c.null_runs.back());
+      Delta dm = Evaluator::compare(c.ev->base(), c.ev->run(pi, &vm));
+      // The two moves differ only in sign, so their rounding is the same quantity measured twice:
+      // both take the larger measurement (one float32/float64 pair can come out unluckily small).
+      dp.floor = dm.floor = std::max(dp.floor, dm.floor);
+      const Delta& dn = dp.above_floor() || !dm.above_floor() ? dp : dm;
+      parts["redundant_part"] = delta_json(dn);
+      verdict = dp.above_floor() || dm.above_floor() ? "effective" : "partly_redundant";
+    } else {
+      verdict = "effective";
+    }
+    // Where a ReLU decided the stopping rule, null directions that a finite move shows to act are
+    // no longer certain at first order either: inputs the sample did not reach (a thin region of activation
+    // patterns, e.g. two units whose half-spaces nearly coincide) may act along them. The rank
+    // found is certain, the rest is not: only the bounds hold.
+    if (st.determined && st.stop == StopRule::no_gain_kinked && k > 0 && verdict == "effective") {
+      const json& moved = k < n ? parts["redundant_part"] : delta_json(full);
+      char buf[160];
+      std::snprintf(buf, sizeof buf, "max |delta| %.3g against a floor of %.3g",
+                    moved["max_abs_delta"].is_number() ? moved["max_abs_delta"].get<double>() : INFINITY,
+                    moved["noise_floor"].get<double>());
+      st.determined = false;
+      st.redundant_dim_min = 0;
+      st.redundant_dim_max = k;
+      st.stop_note = "a finite move along the " + std::to_string(k) + " null direction" + (k == 1 ? "" : "s") +
+                     " found over " + std::to_string(st.samples) + " inputs changes the output (" + buf +
+                     "); a ReLU lies on the way, so inputs the sample did not reach (a thin region of "
+                     "activation patterns) may act along them: the rank found, " + std::to_string(n - k) + " of " +
+                     std::to_string(n) + ", is certain, the rest is not";
+      verdict = "undetermined";
+    }
+    row["redundant_dim"] = st.determined ? json(k) : json(nullptr);
+    row["redundant_dim_min"] = st.redundant_dim_min;
+    row["redundant_dim_max"] = st.redundant_dim_max;
+    c.structures.push_back(st);
+    row["verdict"] = verdict;
+    row.update(delta_json(full));
+    row["perturbation_rms"] = 1.0;
+    if (!st.determined) {
+      row["consistent"] = nullptr;
+      row["undetermined_reason"] = st.stop_note;
+    } else {
+      const std::string expected = verdict_for(k, n);
+      row["consistent"] = verdict == expected;
+      if (verdict != expected) {
+        if (verdict == "effective")
+          row["note"] = "the " + std::to_string(k) + " null directions of the Jacobian (first order, at the sampled inputs) "
+                        "change the output under a finite perturbation: the redundancy is local only (for example "
+                        "a scale-invariant norm whose input a move of this size shrinks through zero)";
+        else
+          row["note"] = "on this input the perturbation's effect stays below the noise floor although, over " +
+                        std::to_string(st.samples) + " inputs, the structure finds " + std::to_string(n - k) +
+                        " effective directions: this input does not exercise them (inactive units, or an effect "
+                        "smaller than rounding)";
+      }
+    }
+    const std::string dirs = st.determined ? describe_directions(c.model, p, st) : "undetermined";
+    // An undetermined row is explained by what could make its directions redundant (its upper bound).
+    row["why"] = explain(c.model, p, st.determined ? k : st.redundant_dim_max, n, dirs);
+    row["directions"] = dirs;
+    row["absorbed_by"] = nullptr;
+    if (!parts.empty()) row["parts"] = parts;
+    c.solve_ms[p.name] = solve_ms;
+    json structure = {{"samples", st.samples},        {"clusters", st.clusters},
+                      {"input_independent", st.input_independent},
+                      {"rank_history", st.rank_history},
+                      {"inputs_history", st.inputs_history},
+                      {"stop_rule", stop_rule_name(st.stop)},
+                      {"stop_note", st.stop_note},
+                      {"null_sigma_max", st.determined ? num(st.null_max) : json(nullptr)},
+                      {"kept_sigma_min", st.determined ? num(st.kept_min) : json(nullptr)},
+                      {"jacobian_at", st.cut < static_cast<int>(c.model.ops.size())
+                                          ? "input of " + c.model.ops[st.cut].layer + (c.model.ops[st.cut].kind == OpKind::linear && c.model.ops[st.cut].layer == c.model.ops[p.op].layer ? " o_proj" : "")
+                                          : "output"}};
+    if (st.kinked) {
+      structure["final_run"] = st.final_run;
+      structure["inactive_units"] = st.inactive_units;
+      structure["rarest_unit_rate"] = num(st.rarest_unit_rate);
+    }
+    row["structure"] = structure;
+    if (st.determined && k > 0 && k < n && k <= 4) {
+      json basis = json::array();
+      for (int j = 0; j < k; ++j) {
+        json v = json::array();
+        for (int i = 0; i < n; ++i) v.push_back(st.null_basis(i, j));
+        basis.push_back(v);
+      }
+      row["null_basis"] = basis;
+    }
+    rows.push_back(row);
+  }
+  return rows;
+}
+
+}  // namespace biaslab::analysis

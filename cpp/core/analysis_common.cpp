@@ -1,0 +1,61 @@
+// Helpers the analyses share (analysis.hpp).
+#include <cctype>
+
+#include "core/analysis.hpp"
+#include "core/cold.hpp"
+#include "core/rng.hpp"
+
+namespace biaslab::analysis {
+
+Vec unit_rms_direction(std::uint64_t seed, const std::string& key, int n) {
+  Rng rng(seed, key);
+  Vec u(n);
+  for (int i = 0; i < n; ++i) u(i) = rng.normal();
+  return u * (std::sqrt(double(n)) / u.norm());
+}
+
+Next next_op(const Model& m, int op_index) {
+  Next n;
+  for (size_t i = op_index + 1; i < m.ops.size(); ++i) {
+    if (m.ops[i].kind == OpKind::residual_end) {
+      n.through_residual = true;
+      continue;
+    }
+    n.op = &m.ops[i];
+    return n;
+  }
+  return n;
+}
+
+std::string ends_with_local(const std::string& name) {
+  const auto dot = name.rfind('.');
+  const auto dot2 = dot == std::string::npos ? std::string::npos : name.rfind('.', dot - 1);
+  return dot2 == std::string::npos ? name : name.substr(dot2 + 1);
+}
+
+BIASLAB_COLD json delta_json(const Delta& d) {
+  return {{"max_abs_delta", d.finite ? num(d.max_abs) : json(nullptr)},
+          {"mean_abs_delta", d.finite ? num(d.mean_abs) : json(nullptr)},
+          {"rel_delta", d.finite ? num(d.rel) : json(nullptr)},
+          {"noise_floor", num(d.floor)}};
+}
+
+std::string json_path(const std::string& dotted) {
+  std::string out, part;
+  std::vector<std::string> parts;
+  for (char ch : dotted + ".") {
+    if (ch == '.') {
+      parts.push_back(part);
+      part.clear();
+    } else {
+      part += ch;
+    }
+  }
+  for (const auto& p : parts) {
+    if (!p.empty() && std::isdigit(static_cast<unsigned char>(p[0]))) out += "[" + p + "]";
+    else out += (out.empty() ? "" : ".") + p;
+  }
+  return out;
+}
+
+}  // namespace biaslab::analysis

@@ -1,0 +1,158 @@
+// The invariance probes the theory predicts, each on one op and its actual input.
+#include <algorithm>
+#include <numeric>
+
+#include "core/analysis.hpp"
+#include "core/cold.hpp"
+#include "core/forward.hpp"
+#include "core/rng.hpp"
+
+namespace biaslab::analysis {
+namespace {
+
+// Invariance probes, each on one op and its actual input, run in both precisions.
+struct Probe {
+  std::string probe, layer, transform, expected, note;
+  Delta delta;
+};
+
+BIASLAB_COLD json probe_json(const Probe& p) {
+  const bool holds = p.delta.finite && !p.delta.above_floor();
+  // "invariant"/"equivariant" are laws and must hold; "changes" means no law applies, and the
+  // probe shows the change (a degenerate input, e.g. all zeros, may still leave it unchanged).
+  const bool law = p.expected != "changes";
+  json j = {{"probe", p.probe}, {"layer", p.layer}, {"transform", p.transform},
+            {"expected", p.expected}, {"law", law}, {"holds", holds}, {"agrees", holds == law}};
+  j.update(delta_json(p.delta));
+  if (!p.note.empty()) j["note"] = p.note;
+  return j;
+}
+
+template <class S>
+MatT<S> permute_tokens(const MatT<S>& x, const std::vector<int>& perm, int batch) {
+  const int T = static_cast<int>(perm.size());
+  MatT<S> y(x.rows(), x.cols());
+  for (int b = 0; b < batch; ++b)
+    for (int t = 0; t < T; ++t) y.row(b * T + t) = x.row(b * T + perm[t]);
+  return y;
+}
+
+}  // namespace
+
+BIASLAB_COLD json analyse_invariances(Context& c) {
+  c.step("invariances", 0.8);
+  const Model& m = c.model;
+  const int B = m.batch, T = m.tokens;
+  std::vector<Probe> probes;
+  Trace trace;
+  forward<double>(m, c.ev->weights64(), c.ev->input(), {}, &trace);
+  // A random permutation that moves at least one token (with one token none exists, and the
+  // permutation probes are left out).
+  std::vector<int> perm(T);
+  std::iota(perm.begin(), perm.end(), 0);
+  {
+    Rng rng(c.cfg.seed, "permutation");
+    for (int i = T - 1; i > 0; --i) std::swap(perm[i], perm[static_cast<int>(rng.next() % (i + 1))]);
+    bool identity = true;
+    for (int t = 0; t < T; ++t) identity = identity && perm[t] == t;
+    if (identity && T > 1) std::swap(perm[0], perm[1]);
+  }
+  const bool can_permute = T > 1;
+  const auto& wf = c.ev->weights32();
+  const auto& wd = c.ev->weights64();
+  const DType dt = m.dtype;
+  bool positional = false;
+  for (size_t i = 0; i < m.ops.size(); ++i) {
+    const Op& op = m.ops[i];
+    const Mat& xd = trace.inputs[i];
+    const MatT<float> xf = xd.cast<float>();
+    if (op.kind == OpKind::attention) positional = positional || op.causal || op.rope;
+    if (op.kind == OpKind::attention && can_permute) {
+      const std::string exp_note = op.causal ? "a causal mask breaks it" : op.rope ? "RoPE breaks it" : "";
+      const Eval base = combine_eval(dt, attention_core<float>(m, op, wf, xf, xf, B),
+                                     attention_core<double>(m, op, wd, xd, xd, B));
+      const MatT<float> pf = permute_tokens(xf, perm, B);
+      const Mat pd = permute_tokens(xd, perm, B);
+      // Keys and values permuted together: the output does not change.
+      const Eval kv = combine_eval(dt, attention_core<float>(m, op, wf, xf, pf, B),
+                                   attention_core<double>(m, op, wd, xd, pd, B));
+      probes.push_back({"attention: permute keys and values together", op.layer, "x_kv -> P x_kv",
+                        op.causal || op.rope ? "changes" : "invariant", exp_note, Evaluator::compare(base, kv)});
+      // Queries permuted: the output rows permute the same way.
+      Eval q = combine_eval(dt, attention_core<float>(m, op, wf, pf, xf, B),
+                            attention_core<double>(m, op, wd, pd, xd, B));
+      Eval base_p = base;
+      base_p.y = permute_tokens(base.y, perm, B);
+      base_p.y_other = permute_tokens(base.y_other, perm, B);
+      probes.push_back({"attention: permute queries", op.layer, "x_q -> P x_q, compared with P out",
+                        op.causal || op.rope ? "changes" : "equivariant", exp_note, Evaluator::compare(base_p, q)});
+    }
+    if (op.kind == OpKind::norm) {
+      // Shift and scale of the input, over the elements that share statistics.
+      Rng rng(c.cfg.seed, "probe." + op.layer);
+      const int N = static_cast<int>(xd.rows()), F = static_cast<int>(xd.cols());
+      Mat shift(N, F), scale(N, F);
+      // The shift on a grid: x is rounded to 2^-21 of its largest entry's binade and c (|c| up to
+      // that binade) lies on the same grid, so x and x + c are exact in float32 and float64
+      // alike. The probe then adds no rounding of its own, which a near-constant set would
+      // amplify beyond what the floor measures, and both precisions see exactly the inputs the
+      // law compares.
+      const double amax = xd.cwiseAbs().maxCoeff();
+      int binade = 0;
+      if (std::isfinite(amax)) std::frexp(amax, &binade);  // max |x| < 2^binade
+      const double grid = std::ldexp(1.0, binade - 21), unit = std::ldexp(1.0, binade - 1);
+      const Mat xs = std::isfinite(amax) ? Mat(((xd / grid).array().round() * grid).matrix()) : xd;
+      const Vec cs = Vec::NullaryExpr(std::max(N, F) * 4, [&]() { return std::round(rng.uniform(-2.0, 2.0) * unit / grid) * grid; });
+      // Powers of two: scaling by them is exact in floating point, so the probe adds no rounding
+      // of its own (near-constant sets would amplify it) and tests the law itself.
+      const double pow2[] = {0.25, 0.5, 2.0, 4.0};
+      const Vec ss = Vec::NullaryExpr(std::max(N, F) * 4, [&]() { return pow2[rng.next() % 4]; });
+      std::string what;
+      for (int r = 0; r < N; ++r)
+        for (int f = 0; f < F; ++f) {
+          int set = 0;
+          switch (op.norm) {
+            case NormKind::layer: case NormKind::rms: set = r; what = "per token"; break;
+            case NormKind::batch_train: case NormKind::batch_eval: set = f; what = "per feature, across batch and tokens"; break;
+            case NormKind::instance: set = (r / T) * F + f; what = "per sample and feature"; break;
+            case NormKind::group: set = (r / T) * op.groups + f / (F / op.groups); what = "per sample and group"; break;
+          }
+          shift(r, f) = cs(set % cs.size());
+          scale(r, f) = ss(set % ss.size());
+        }
+      Op exact = op;
+      exact.eps = 0;  // eps > 0 breaks exact scale invariance; the probe checks the eps-free law
+      auto run = [&](const Op& o, const Mat& in) {
+        const MatT<float> inf = in.cast<float>();
+        return combine_eval(dt, op_forward<float>(m, o, wf, inf), op_forward<double>(m, o, wd, in));
+      };
+      const bool centred = op.norm != NormKind::rms && op.norm != NormKind::batch_eval;
+      const bool scaled = op.norm != NormKind::batch_eval;
+      probes.push_back({"norm: shift the input " + what, op.layer, "x -> x + c", centred ? "invariant" : "changes",
+                        "", Evaluator::compare(run(op, xs), run(op, xs + shift))});
+      probes.push_back({"norm: scale the input " + what, op.layer, "x -> s x (s in 1/4, 1/2, 2, 4)",
+                        scaled ? "invariant" : "changes",
+                        "eps set to 0 (eps > 0 breaks exact scale invariance; a constant set then normalises to 0)",
+                        Evaluator::compare(run(exact, xd), run(exact, Mat(xd.cwiseProduct(scale))))});
+    }
+  }
+  // The whole model: permuting tokens permutes the output unless positions enter somewhere.
+  if (can_permute) {
+    const MatT<float> xf = c.ev->input().cast<float>();
+    const Mat pd = permute_tokens(c.ev->input(), perm, B);
+    const MatT<float> pf = pd.cast<float>();
+    const Eval out = combine_eval(dt, forward<float>(m, wf, pf), forward<double>(m, wd, pd));
+    Eval base_p = c.ev->base();
+    base_p.y = permute_tokens(base_p.y, perm, B);
+    base_p.y_other = permute_tokens(base_p.y_other, perm, B);
+    probes.push_back({"model: permute tokens", "model", "x -> P x, compared with P out",
+                      positional ? "changes" : "equivariant",
+                      positional ? "a causal mask or RoPE gives tokens positions" : "",
+                      Evaluator::compare(base_p, out)});
+  }
+  json rows = json::array();
+  for (const auto& p : probes) rows.push_back(probe_json(p));
+  return rows;
+}
+
+}  // namespace biaslab::analysis
