@@ -67,14 +67,14 @@ const CELLS = {
   },
 };
 
-function table_section(table, extra_head = null, extra_body = null) {
+function table_section(table, file_stem, extra_head = null, extra_body = null) {
   const title_id = `table-${table.id}-title`;
   const cells = CELLS[table.id] ?? {};
   const exports = h(
     'span',
     { class: 'exports' },
-    h('button', { type: 'button', class: 'small', 'aria-label': `Download the ${table.title} table as Markdown`, onclick: () => download(`biaslab-${table.id}.md`, to_markdown(table), 'text/markdown') }, 'Markdown'),
-    h('button', { type: 'button', class: 'small', 'aria-label': `Download the ${table.title} table as CSV`, onclick: () => download(`biaslab-${table.id}.csv`, to_csv(table), 'text/csv') }, 'CSV'),
+    h('button', { type: 'button', class: 'small', 'aria-label': `Download the ${table.title} table as Markdown`, onclick: () => download(`${file_stem()}-${table.id}.md`, to_markdown(table), 'text/markdown') }, 'Markdown'),
+    h('button', { type: 'button', class: 'small', 'aria-label': `Download the ${table.title} table as CSV`, onclick: () => download(`${file_stem()}-${table.id}.csv`, to_csv(table), 'text/csv') }, 'CSV'),
   );
   const body = table.rows.length
     ? h(
@@ -123,9 +123,10 @@ let plot = null;
 /**
  * @param {HTMLElement} root
  * @param {object} report
- * @param {{ms?: number, on_load_minimal?: (config: object) => void, embed?: boolean}} options
+ * @param {{ms?: number, on_load_minimal?: (config: object) => void, embed?: boolean,
+ *          file_stem?: () => string}} options file_stem: downloads are named `${file_stem()}-biases.md`
  */
-export function render_results(root, report, { ms, on_load_minimal, embed = false } = {}) {
+export function render_results(root, report, { ms, on_load_minimal, embed = false, file_stem = () => 'biaslab' } = {}) {
   plot?.destroy();
   plot = null;
   const plot_root = h('div', { class: 'plot', role: 'img', 'aria-label': 'Log-log plot of max |Δ output| against perturbation size, one line per bias, with the noise floor' });
@@ -136,7 +137,7 @@ export function render_results(root, report, { ms, on_load_minimal, embed = fals
       'div',
       { class: 'section-head' },
       h('h2', { id: 'sweep-title' }, 'Perturbation sweep'),
-      h('span', { class: 'exports' }, h('button', { type: 'button', class: 'small', id: 'download-png', onclick: async () => plot && download('biaslab-sweep.png', await plot.png()) }, 'PNG')),
+      h('span', { class: 'exports' }, h('button', { type: 'button', class: 'small', id: 'download-png', onclick: async () => plot && download(`${file_stem()}-sweep.png`, await plot.png()) }, 'PNG')),
     ),
     h('p', { class: 'caption' }, report.sweep?.direction ? `Direction: ${report.sweep.direction}. Points below the noise floor are rounding; the floor is measured wherever a change comes within a million times of it.` : ''),
     plot_root,
@@ -152,11 +153,11 @@ export function render_results(root, report, { ms, on_load_minimal, embed = fals
   clear(
     root,
     summary(report, ms),
-    table_section(bias_table(report), null, noise),
+    table_section(bias_table(report), file_stem, null, noise),
     plot_section,
-    table_section(fold_table(report)),
-    table_section(minimal_table(report), null, load_minimal),
-    table_section(invariance_table(report)),
+    table_section(fold_table(report), file_stem),
+    table_section(minimal_table(report), file_stem, null, load_minimal),
+    table_section(invariance_table(report), file_stem),
   );
   plot = render_sweep(plot_root, report);
 }

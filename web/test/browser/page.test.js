@@ -105,7 +105,7 @@ test('page: editing a layer updates the tables and the link without adding histo
   // Add a layer, then move it up: both are edits, none may push a history entry.
   await after_analysis(page, () => page.click('.stack-editor > .layer-list-wrap > .add-row button'));
   assert.equal((await bias_names(page)).length, 6, 'the new linear layer brings a bias');
-  await after_analysis(page, () => page.click('[aria-label="Move layers[2] up"]'));
+  await after_analysis(page, () => page.click('[aria-label="Move layers.2 up"]'));
   assert.equal(await page.evaluate(() => history.length), history_before);
   // The minimal model is one click away from the editor.
   await after_analysis(page, () => page.click('#load-minimal'));
@@ -281,7 +281,7 @@ test('page: a good link to an invalid experiment opens it and names the problem'
   const hash = encode_link(schema, { layers: [{ type: 'attention', num_heads: 7 }] });
   const { page } = await open(server.url + hash);
   assert.equal(await page.isHidden('#link-notice'), true);
-  assert.match(await page.textContent('#message'), /layers\[0\]\.num_heads: 7 does not divide features 64/);
+  assert.match(await page.textContent('#message'), /layers\.0\.num_heads \(JSON path: layers\[0\]\.num_heads\): 7 does not divide features 64/);
   assert.equal(await page.inputValue('[data-path="layers[0].num_heads"]'), '7');
   assert.match(await page.textContent('.inline-error'), /does not divide/);
   await page.close();
@@ -360,11 +360,11 @@ test('page: tables export as Markdown and CSV, the report as JSON, the plot as P
     return { name: download.suggestedFilename(), text: await readFile(await download.path(), 'utf8') };
   };
   const md = await saved('#section-biases .exports button:has-text("Markdown")');
-  assert.equal(md.name, 'biaslab-biases.md');
+  assert.equal(md.name, 'biaslab-default-biases.md');
   assert.match(md.text, /^### Biases/);
   assert.match(md.text, /\| layers\.0\.body\.1\.k_proj\.bias \| redundant \| 64 of 64 \|/);
   const csv = await saved('#section-folds .exports button:has-text("CSV")');
-  assert.equal(csv.name, 'biaslab-folds.csv');
+  assert.equal(csv.name, 'biaslab-default-folds.csv');
   assert.match(csv.text, /^Rule,Formula,Where/);
   const json = await saved('#download-json');
   assert.equal(JSON.parse(json.text).ok, true);
@@ -381,8 +381,8 @@ test('page: the experiment downloads as a PyTorch script and its safetensors wei
   await page.click('#download-torch');
   await page.waitForFunction(() => document.querySelector('#download-torch') && !document.querySelector('#download-torch').disabled);
   for (let i = 0; i < 50 && Object.keys(files).length < 2; ++i) await page.waitForTimeout(100);
-  const script = files['biaslab-experiment.py'];
-  const weights = files['biaslab-experiment.safetensors'];
+  const script = files['biaslab-default.py'];
+  const weights = files['biaslab-default.safetensors'];
   assert.ok(script, 'the script was downloaded');
   assert.ok(weights, 'the weights were downloaded');
   assert.match(script.toString('utf8'), /^#!\/usr\/bin\/env python3/);
