@@ -252,3 +252,14 @@ test('editing: Copy link warns when the experiment is invalid, and still copies 
   await fresh.close();
   await page.close();
 });
+
+test('editing: at 375 px the history buttons wrap below the preset instead of squeezing it', async () => {
+  const { page } = await env.open('', { viewport: { width: 375, height: 812 }, color_scheme: 'dark' });
+  const box = (sel) => page.locator(sel).boundingBox();
+  const [select, undo, reset] = [await box('#preset'), await box('#undo'), await box('#reset')];
+  assert.ok(select.width >= 150, `the preset list is ${select.width} px wide`);
+  assert.ok(reset.x + reset.width <= 375, 'Reset to preset fits on screen');
+  assert.ok(undo.y >= select.y + select.height - 1, 'the buttons are on a line of their own');
+  await page.locator('#experiment').screenshot({ path: resolve(SHOTS, 'history-buttons-375-dark.png'), clip: undefined });
+  await page.close();
+});
