@@ -237,6 +237,7 @@ test('editing: Copy link warns when the experiment is invalid, and still copies 
   const { page } = await env.open();
   await env.browser.context.grantPermissions(['clipboard-read', 'clipboard-write'], { origin: env.server.url });
   await page.click('#copy-link');
+  await page.waitForFunction(() => document.getElementById('copy-status').textContent !== ''); // the copy is async
   assert.equal(await page.textContent('#copy-status'), 'Link copied.');
   await after_analysis(page, () => page.fill(NUM_HEADS, '5'));
   await page.click('#copy-link');
