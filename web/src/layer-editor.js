@@ -192,13 +192,12 @@ function layer_item(schema, layers, i, path, width, edit) {
       '✕',
     ),
   );
-  const shape = width && width.in !== width.out ? `${width.in} → ${width.out}` : width ? `${width.in}` : '';
   const head = h(
     'div',
     { class: 'layer-head' },
     h('span', { class: 'layer-index', 'aria-hidden': 'true' }, String(i)),
     type_select,
-    h('span', { class: 'layer-width', title: 'features in → out' }, shape),
+    h('span', { class: 'layer-width', title: 'features in → out', dataset: { widthOf: p } }, width_text(width)),
     buttons,
   );
   const options = [];
@@ -232,6 +231,30 @@ function layer_item(schema, layers, i, path, width, edit) {
     options.length ? h('div', { class: 'layer-options' }, options) : null,
     body,
   );
+}
+
+const width_text = (w) => (w && w.in !== w.out ? `${w.in} → ${w.out}` : w ? `${w.in}` : '');
+
+/** JSON path of every layer -> its width label, walking lists and bodies as the form does. */
+function width_labels(schema, layers, path, width, out = new Map()) {
+  if (!Array.isArray(layers)) return out;
+  const widths = layer_widths(layers, width);
+  layers.forEach((layer, i) => {
+    out.set(format_path([...path, i]), width_text(widths[i]));
+    const info = layer && typeof layer === 'object' ? layer_type(schema, layer.type) : null;
+    for (const spec of info?.options ?? []) if (spec.type === 'layers') width_labels(schema, layer[spec.name], [...path, i, spec.name], widths[i]?.in ?? 0, out);
+  });
+  return out;
+}
+
+/** Rewrites the width labels ("64 → 32") in place after an edit that did not rebuild the form
+ * (out_features or features typed in a box that keeps its caret). */
+export function refresh_layer_widths(root, schema, config) {
+  const labels = width_labels(schema, config.layers, ['layers'], config.shape?.features ?? 64);
+  for (const el of root.querySelectorAll('.layer-width[data-width-of]')) {
+    const text = labels.get(el.dataset.widthOf) ?? '';
+    if (el.textContent !== text) el.textContent = text;
+  }
 }
 
 /** The place an error names: the dotted name the tables use, and the engine's JSON path when it

@@ -14,7 +14,7 @@ import export_wasm_url from '@wasm/biaslab-export.wasm?url';
 import { EngineClient, EngineError, CancelledError } from './engine-client.js';
 import { canonical_config, format_config, same_json, minimal_config } from './experiment.js';
 import { decode_link, encode_link, LinkError, crc32 } from './share-codec.js';
-import { render_stack_editor, mark_editor_error, error_place } from './layer-editor.js';
+import { render_stack_editor, mark_editor_error, error_place, refresh_layer_widths } from './layer-editor.js';
 import { render_results, refresh_plot } from './results.js';
 import { h, clear, copy_text, download } from './dom.js';
 import { start_embed } from './embed.js';
@@ -63,7 +63,7 @@ let engine = null;
  * analysis is queued for the end of the current task. */
 const timers = { analysis: null, progress: null, hash: null, json: null, status: {}, queued: false };
 /** What each view shows now; render() compares it with `state`. */
-const shown = { form: null, form_error: null, json: null, presets: null, embed: null, link: null, message: null, report: null };
+const shown = { form: null, form_error: null, widths: null, json: null, presets: null, embed: null, link: null, message: null, report: null };
 
 // ---------------------------------------------------------------------------------------------
 // Boot
@@ -140,6 +140,11 @@ function render() {
     render_stack_editor($('stack-editor'), { schema: state.schema, config: state.config, on_edit: on_form_edit });
     shown.form = key;
     shown.form_error = null;
+    shown.widths = key;
+  }
+  if (shown.widths !== key) {
+    refresh_layer_widths($('stack-editor'), state.schema, state.config);
+    shown.widths = key;
   }
   const e = state.error?.source === 'engine' ? state.error : null;
   const error_key = e ? `${e.path}\n${e.message}` : '';

@@ -264,3 +264,25 @@ test('editing: at 375 px the history buttons wrap below the preset instead of sq
   await page.locator('#experiment').screenshot({ path: resolve(SHOTS, 'history-buttons-375-dark.png'), clip: undefined });
   await page.close();
 });
+
+test('editing: the layer width labels follow out_features and features while the box keeps focus', async () => {
+  const { page } = await env.open();
+  const width = (p) => page.textContent(`li[data-path="${p}"] > .layer-head > .layer-width`);
+  const OUT = '[data-path="layers[1].out_features"]';
+  assert.equal(await width('layers[1]'), '64');
+  await page.click(OUT);
+  await page.keyboard.press('Control+A');
+  await after_analysis(page, () => page.keyboard.type('32'));
+  assert.equal(await width('layers[1]'), '64 → 32', 'the label followed out_features');
+  assert.equal(await focused(page), 'layers[1].out_features', 'the box kept focus');
+  const FEATURES = '[data-path="shape.features"]';
+  await page.click(FEATURES);
+  await page.keyboard.press('Control+A');
+  await after_analysis(page, () => page.keyboard.type('48'));
+  assert.equal(await width('layers[0]'), '48');
+  assert.equal(await width('layers[0].body[1]'), '48', 'labels inside a residual body follow too');
+  assert.equal(await width('layers[1]'), '48 → 32');
+  assert.equal(await focused(page), 'shape.features');
+  assert.equal(await page.inputValue(FEATURES), '48');
+  await page.close();
+});
