@@ -46,6 +46,11 @@ const state = {
   report_ms: 0,
   /** The config text of the analysis in flight or last asked for. */
   requested_text: '',
+  /** An analysis is due or running for the experiment on screen (from the edit to its answer):
+   * the results shown are then stale, and say so. */
+  pending: false,
+  /** The first-visit "how to read this" (dismissed once, remembered in localStorage). */
+  intro: false,
   /** Recent good reports by config text (JSON.stringify(config)), oldest first: undo and redo
    * show the numbers of an experiment seen before without running it again. */
   reports: new Map(),
@@ -95,6 +100,7 @@ async function boot() {
 
   state.config = config_from_link(location.hash);
   state.history.present = config_key();
+  state.intro = !EMBED && !stored('biaslab-intro-seen');
   note_preset();
   wire_controls();
   render();
@@ -134,6 +140,7 @@ function config_text() {
 function render() {
   render_message();
   render_status();
+  render_results_state();
   if (!state.schema) return;
   const key = config_key();
   if (shown.form !== key) {
@@ -272,7 +279,21 @@ function render_message() {
   }
   clear(box, parts);
   box.hidden = parts.length === 0;
-  $('results').classList.toggle('stale', Boolean(state.report && ((e && e.source !== 'fatal') || state.cancelled)));
+}
+
+/** Results that do not answer the experiment on screen are dimmed; while a newer analysis is
+ * due or running they also say "Updating…" and carry aria-busy. The dimming waits a moment in
+ * CSS (transition-delay), so a 30 ms analysis does not flash. */
+function render_results_state() {
+  const e = state.error;
+  const busy = Boolean(state.report && state.pending);
+  const stale = Boolean(state.report && (busy || (e && e.source !== 'fatal') || state.cancelled));
+  const results = $('results');
+  results.classList.toggle('stale', stale);
+  results.classList.toggle('updating', busy);
+  results.setAttribute('aria-busy', String(busy));
+  $('results-state').hidden = !busy;
+  $('how-to-read').hidden = !state.intro;
 }
 
 function render_status() {
@@ -424,6 +445,10 @@ function load_preset(name) {
 
 function analyze_soon(immediate) {
   clearTimeout(timers.analysis);
+  if (!state.pending) {
+    state.pending = true;
+    render_results_state();
+  }
   if (!immediate) {
     timers.analysis = setTimeout(run_analysis, TYPING_DELAY_MS);
     return;
@@ -446,6 +471,7 @@ async function run_analysis() {
     // An experiment analysed before (an invalid edit undone, undo, redo): nothing to run.
     if (engine.busy) engine.cancel('not needed any more');
     done_progress();
+    state.pending = false;
     state.requested_text = text;
     state.cancelled = false;
     if (state.error && state.error.source !== 'json') state.error = null;
@@ -469,6 +495,7 @@ async function run_analysis() {
     if (e instanceof CancelledError) {
       if (e.message === 'cancelled') {
         done_progress();
+        state.pending = false;
         state.requested_text = '';
         state.cancelled = true;
         render();
@@ -476,6 +503,7 @@ async function run_analysis() {
       return; // superseded: the newer request owns the progress bar
     }
     done_progress();
+    state.pending = false;
     state.error = e instanceof EngineError ? { source: 'engine', path: e.path, message: e.detail } : { source: 'fatal', message: String(e.message ?? e) };
     if (!(e instanceof EngineError)) state.requested_text = '';
     render();
@@ -484,6 +512,7 @@ async function run_analysis() {
   }
   done_progress();
   if (text !== config_key()) return; // the config moved on meanwhile
+  state.pending = false;
   const entry = { report: result.report, ms: result.ms };
   state.reports.set(text, entry);
   if (state.reports.size > CACHED_REPORTS) state.reports.delete(state.reports.keys().next().value);
@@ -585,6 +614,23 @@ function embed_snippet() {
   return `<iframe class="biaslab-embed" src="${embed_url().replace(/&/g, '&amp;')}" title="biaslab: ${title.replace(/&/g, '&amp;').replace(/"/g, '&quot;')}" style="width:100%;border:0" height="900" loading="lazy"></iframe>`;
 }
 
+/** localStorage, which a browser may block: then nothing is remembered. */
+function stored(key) {
+  try {
+    return localStorage.getItem(key);
+  } catch {
+    return null;
+  }
+}
+
+function store(key, value) {
+  try {
+    localStorage.setItem(key, value);
+  } catch {
+    /* not remembered; it still applies to this page */
+  }
+}
+
 function apply_theme_choice() {
   const select = $('theme');
   let choice = 'system';
@@ -634,6 +680,12 @@ function wire_controls() {
   $('reset').addEventListener('click', () => load_preset(state.base_preset));
   document.addEventListener('keydown', on_history_key);
   $('cancel').addEventListener('click', () => engine.cancel());
+  $('how-to-read-dismiss').addEventListener('click', () => {
+    state.intro = false;
+    store('biaslab-intro-seen', '1');
+    render();
+    $('results').focus({ preventScroll: true });
+  });
   $('copy-link').addEventListener('click', async () => {
     const ok = await copy_text(full_url());
     flash_status('header', ok ? `Link copied.${invalid_note()}` : 'Copy failed: copy the address bar instead.');
