@@ -18,6 +18,7 @@ import { render_stack_editor, mark_editor_error, error_place, refresh_layer_widt
 import { render_results, refresh_plot } from './results.js';
 import { h, clear, copy_text, download } from './dom.js';
 import { start_embed } from './embed.js';
+import { render_glossary, wire_term_tips } from './glossary.js';
 
 const $ = (id) => document.getElementById(id);
 const params = new URLSearchParams(location.search);
@@ -77,6 +78,8 @@ async function boot() {
   performance.mark('biaslab:boot');
   apply_theme_choice();
   if (EMBED) document.documentElement.classList.add('embed');
+  render_glossary($('glossary'));
+  wire_term_tips();
   engine = new EngineClient({
     glue_url: new URL(glue_url, location.href).href,
     wasm_url: new URL(wasm_url, location.href).href,

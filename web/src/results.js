@@ -6,6 +6,7 @@ import FORMULAS from 'virtual:formulas';
 import { h, clear, download } from './dom.js';
 import { bias_table, fold_table, minimal_table, invariance_table, to_markdown, to_csv, fmt_int, VERDICT_TEXT, is_undetermined, redundant_dims, undetermined_reason, bias_notes } from './table-model.js';
 import { render_sweep } from './sweep-plot.js';
+import { term, column_term } from './glossary.js';
 
 // Symbols keep the verdicts apart without colour: ○ nothing of it matters, ◐ part of it, ● all of
 // it, ? not settled (a limit stopped the structural analysis).
@@ -21,9 +22,14 @@ function names(list) {
   return (list ?? []).map((w, i) => [i ? ', ' : '', name(w)]);
 }
 
-function verdict_badge(v, title = null) {
-  return h('span', { class: `badge verdict-${v}`, title }, h('span', { 'aria-hidden': 'true' }, VERDICT_MARK[v] ?? '?'), ' ', VERDICT_TEXT[v] ?? v);
+/** A verdict as a badge that links to its glossary entry (tooltip on hover and focus); `detail`
+ * adds this row's own reason to the tooltip. */
+function verdict_badge(v, detail = null) {
+  return term(v, h('span', { class: `badge verdict-${v}` }, h('span', { 'aria-hidden': 'true' }, VERDICT_MARK[v] ?? '?'), ' ', VERDICT_TEXT[v] ?? v), detail);
 }
+
+// Direction words that are glossary terms.
+const DIRECTION_TERMS = { 'all-ones': 'all_ones', 'W_O b_V along all-ones': 'wo_bv' };
 
 function yes_no_badge(ok, yes = 'yes', no = 'no') {
   return h('span', { class: `badge ${ok ? 'good' : 'bad'}` }, h('span', { 'aria-hidden': 'true' }, ok ? '✓' : '✗'), ' ', ok ? yes : no);
@@ -47,6 +53,7 @@ const CELLS = {
       is_undetermined(r)
         ? h('span', { class: 'bounds', title: `at least ${r.redundant_dim_min ?? '?'} and at most ${r.redundant_dim_max ?? '?'} of ${r.size} directions are redundant; the analysis stopped before it could say how many` }, `${redundant_dims(r)} of ${r.size}`)
         : h('span', { title: r.structure?.stop_note ?? null }, `${redundant_dims(r)} of ${r.size}`),
+    directions: (r) => (DIRECTION_TERMS[r.directions] ? term(DIRECTION_TERMS[r.directions], r.directions) : r.directions),
     why: (r) => [r.why, bias_notes(r).map((n) => h('div', { class: `note note-${n.label.toLowerCase()}` }, h('strong', {}, `${n.label}: `), n.text))],
     absorbed_by: (r) => (r.absorbed_by ? name(r.absorbed_by) : r.folds?.length ? `dropped (${r.folds.join(', ')})` : '—'),
   },
@@ -83,7 +90,7 @@ function table_section(table, file_stem, extra_head = null, extra_body = null) {
         h(
           'table',
           { class: `report-table table-${table.id}`, dataset: { table: table.id } },
-          h('thead', {}, h('tr', {}, table.columns.map((c) => h('th', { scope: 'col', class: c.numeric ? 'num' : '' }, c.label)))),
+          h('thead', {}, h('tr', {}, table.columns.map((c) => h('th', { scope: 'col', class: c.numeric ? 'num' : '' }, column_term(table.id, c.key) ? term(column_term(table.id, c.key), c.label) : c.label)))),
           h(
             'tbody',
             {},

@@ -53,10 +53,20 @@ export function undetermined_reason(row) {
   return row.undetermined_reason ?? 'a limit stopped the structural analysis before its stopping rule held';
 }
 
+/** What an undetermined row's "min-max of n" means, in a sentence. */
+export function bounds_text(row) {
+  const lo = int_or_unknown(row.redundant_dim_min), hi = int_or_unknown(row.redundant_dim_max);
+  const rank = typeof row.redundant_dim_max === 'number' ? ` (the rank found, ${row.size - row.redundant_dim_max}, is a lower bound on the true rank)` : '';
+  return `at least ${lo} and at most ${hi} of the ${row.size} directions are redundant${rank}; more inputs could only lower the upper bound`;
+}
+
 /** The notes a bias row carries, as sentences: why it is undetermined, and the engine's note. */
 export function bias_notes(row) {
   const notes = [];
-  if (is_undetermined(row)) notes.push({ label: 'Undetermined', text: undetermined_reason(row) });
+  if (is_undetermined(row)) {
+    notes.push({ label: 'Undetermined', text: undetermined_reason(row) });
+    notes.push({ label: 'Bounds', text: bounds_text(row) });
+  }
   if (row.note) notes.push({ label: 'Note', text: row.note });
   return notes;
 }

@@ -173,9 +173,12 @@ test('page: an undetermined bias shows its bounds, a verdict style of its own an
   assert.match(bounds, /^\d+-\d+ of 1024$/, 'bounds, not one number');
   const badge = q.locator('.col-verdict .badge');
   assert.equal((await badge.innerText()).trim(), '? undetermined');
-  const reason = await badge.getAttribute('title');
-  assert.match(reason, /budget/, 'the reason on the badge');
+  const reason = await q.locator('.col-verdict .term').getAttribute('data-detail');
+  assert.match(reason, /budget/, 'the reason in the verdict\'s tooltip');
   assert.match(await q.locator('.col-why').innerText(), /Undetermined: .*budget/, 'the reason in the row');
+  // The bounds explained in the row itself, not only in a tooltip.
+  const [lo, hi] = bounds.split(' ')[0].split('-');
+  assert.match(await q.locator('.col-why').innerText(), new RegExp(`Bounds: at least ${lo} and at most ${hi} of the 1024 directions are redundant \\(the rank found, ${1024 - Number(hi)}, is a lower bound`));
   assert.match(await q.locator('.col-redundant [title]').getAttribute('title'), /at least \d+ and at most \d+ of 1024/);
   // Its own look: neither the colours of "redundant" (k_proj) nor of "effective" (o_proj).
   const look = (locator) => locator.locator('.col-verdict .badge').evaluate((el) => {
