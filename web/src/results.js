@@ -136,7 +136,7 @@ let plot = null;
 export function render_results(root, report, { ms, on_load_minimal, embed = false, file_stem = () => 'biaslab' } = {}) {
   plot?.destroy();
   plot = null;
-  const plot_root = h('div', { class: 'plot', role: 'img', 'aria-label': 'Log-log plot of max |Δ output| against perturbation size, one line per bias, with the noise floor' });
+  const plot_root = h('div', { class: 'plot' });
   const plot_section = h(
     'section',
     { class: 'result-section', id: 'section-sweep', 'aria-labelledby': 'sweep-title' },
@@ -144,7 +144,7 @@ export function render_results(root, report, { ms, on_load_minimal, embed = fals
       'div',
       { class: 'section-head' },
       h('h2', { id: 'sweep-title' }, 'Perturbation sweep'),
-      h('span', { class: 'exports' }, h('button', { type: 'button', class: 'small', id: 'download-png', onclick: async () => plot && download(`${file_stem()}-sweep.png`, await plot.png()) }, 'PNG')),
+      h('span', { class: 'exports' }, h('button', { type: 'button', class: 'small', id: 'download-png', onclick: async () => { const png = await plot?.png(); if (png) download(`${file_stem()}-sweep.png`, png); } }, 'PNG')),
     ),
     h('p', { class: 'caption' }, report.sweep?.direction ? `Direction: ${report.sweep.direction}. Points below the noise floor are rounding; the floor is measured wherever a change comes within a million times of it.` : ''),
     plot_root,

@@ -205,7 +205,7 @@ test('page: an undetermined bias shows its bounds, a verdict style of its own an
   const csv = await saved('#section-biases .exports button:has-text("CSV")');
   assert.ok(csv.includes(`layers.0.q_proj.bias,undetermined,${bounds.replace(' of ', '/')},undetermined,`), csv);
   // The sweep legend names it as undetermined.
-  assert.match(await page.locator('#section-sweep .u-legend').innerText(), /layers\.0\.q_proj\.bias \(undetermined\)/);
+  assert.match(await page.locator('#section-sweep .sweep-legend').innerText(), /layers\.0\.q_proj\.bias \(undetermined\)/);
   await page.locator('#section-biases').screenshot({ path: resolve(SHOTS, 'undetermined.png') });
   assert.deepEqual(problems, []);
   console.log(`undetermined row: ${bounds}; ${reason}`);
