@@ -178,7 +178,7 @@ test('page: an undetermined bias shows its bounds, a verdict style of its own an
   assert.match(await q.locator('.col-why').innerText(), /Undetermined: .*budget/, 'the reason in the row');
   // The bounds explained in the row itself, not only in a tooltip.
   const [lo, hi] = bounds.split(' ')[0].split('-');
-  assert.match(await q.locator('.col-why').innerText(), new RegExp(`Bounds: at least ${lo} and at most ${hi} of the 1024 directions are redundant \\(the rank found, ${1024 - Number(hi)}, is a lower bound`));
+  assert.match(await q.locator('.col-why').innerText(), new RegExp(`Bounds: at least ${lo} and at most ${hi} of the 1024 directions are redundant: the rank found, ${1024 - Number(hi)}, is a lower bound`));
   assert.match(await q.locator('.col-redundant [title]').getAttribute('title'), /at least \d+ and at most \d+ of 1024/);
   // Its own look: neither the colours of "redundant" (k_proj) nor of "effective" (o_proj).
   const look = (locator) => locator.locator('.col-verdict .badge').evaluate((el) => {
