@@ -173,6 +173,15 @@ export function format_path(keys) {
   return keys.map((k, i) => (typeof k === 'number' ? `[${k}]` : i ? `.${k}` : k)).join('');
 }
 
+/**
+ * A path as the reader sees it everywhere on the page: the dotted state-dict form
+ * ("layers.2.body.0.num_heads", as the parameter "layers.2.body.0.k_proj.bias").
+ * @param {string|(string|number)[]} path the engine's JSON path or a list of keys
+ */
+export function dotted_path(path) {
+  return (typeof path === 'string' ? parse_path(path) : path).join('.');
+}
+
 /** The value at a path, or undefined. */
 export function get_path(root, path) {
   let v = root;

@@ -1,15 +1,19 @@
 // The layer-stack form, generated from the engine's schema: every top-level field, every layer
 // type and every option of each type come from schema(); nothing here names a layer type or an
 // option. Each control carries data-path in the engine's notation ("layers[0].body[1].eps"), so
-// an engine error lands on the control it names.
+// an engine error lands on the control it names; what the reader sees is the dotted
+// state-dict name ("layers.0.body.1"), as in the tables.
+//
+// The page rebuilds the form only for structural changes (a layer added, removed, moved,
+// retyped; undo; a preset; JSON typed on the other side). Errors are marked on the existing
+// controls (mark_editor_error), so a box being typed in keeps its text, caret and undo.
 import { h, clear, next_id } from './dom.js';
-import { scalar_fields, get_field, layer_type, new_layer, option_value, layer_widths, format_path } from './experiment.js';
+import { scalar_fields, get_field, layer_type, new_layer, option_value, layer_widths, format_path, dotted_path } from './experiment.js';
 
 /**
  * @typedef {{structural: boolean, immediate: boolean, focus?: string}} Edit
  * @param {HTMLElement} root
- * @param {{schema: import('./experiment.js').Schema, config: any, error_path?: string,
- *          error_message?: string, error_id?: string, on_edit: (e: Edit) => void}} props
+ * @param {{schema: import('./experiment.js').Schema, config: any, on_edit: (e: Edit) => void}} props
  */
 export function render_stack_editor(root, props) {
   const focus = pending_focus ?? document.activeElement?.closest?.('[data-focus]')?.dataset.focus;
@@ -27,8 +31,12 @@ export function render_stack_editor(root, props) {
       ? layer_list(schema, config.layers, ['layers'], config.shape?.features ?? 64, edit)
       : h('p', { class: 'warn' }, 'The config has no layer list; fix it in the JSON.'),
   );
-  mark_error(root, props.error_path, props.error_message, props.error_id);
-  if (focus) root.querySelector(`[data-focus="${CSS.escape(focus)}"]`)?.focus({ preventScroll: true });
+  if (focus) {
+    let el = root.querySelector(`[data-focus="${CSS.escape(focus)}"]`);
+    // A layer moved to an end has that end's arrow disabled: keep focus on the same layer.
+    if (el?.disabled) el = el.closest('.layer-buttons')?.querySelector('button:not(:disabled)');
+    el?.focus({ preventScroll: true });
+  }
 }
 
 let pending_focus = null;
@@ -121,7 +129,7 @@ function add_control(schema, layers, path, edit) {
   const id = next_id('add');
   const select = h(
     'select',
-    { id, dataset: { focus: `${list_path}:add-type` }, 'aria-label': `Type of the layer to add to ${list_path}` },
+    { id, dataset: { focus: `${list_path}:add-type` }, 'aria-label': `Type of the layer to add to ${dotted_path(path)}` },
     schema.layer_types.map((t) => h('option', { value: t.name, title: t.help }, t.name)),
   );
   const button = h(
@@ -143,10 +151,11 @@ function add_control(schema, layers, path, edit) {
 function layer_item(schema, layers, i, path, width, edit) {
   const layer = layers[i];
   const p = format_path(path);
+  const name = dotted_path(path); // what the reader sees: the state-dict prefix of its parameters
   const info = layer && typeof layer === 'object' ? layer_type(schema, layer.type) : null;
   const type_select = h(
     'select',
-    { class: 'layer-type', dataset: { path: `${p}.type`, focus: `${p}:type` }, 'aria-label': `Type of ${p}` },
+    { class: 'layer-type', dataset: { path: `${p}.type`, focus: `${p}:type` }, 'aria-label': `Type of ${name}` },
     info ? null : h('option', { value: '', selected: true }, String(layer?.type ?? '(none)')),
     schema.layer_types.map((t) => h('option', { value: t.name, selected: t.name === layer?.type, title: t.help }, t.name)),
   );
@@ -163,15 +172,15 @@ function layer_item(schema, layers, i, path, width, edit) {
   const buttons = h(
     'span',
     { class: 'layer-buttons' },
-    h('button', { type: 'button', class: 'icon', title: 'Move up', 'aria-label': `Move ${p} up`, disabled: i === 0, dataset: { focus: `${p}:up` }, onclick: () => move(-1, 'up') }, '↑'),
-    h('button', { type: 'button', class: 'icon', title: 'Move down', 'aria-label': `Move ${p} down`, disabled: i === layers.length - 1, dataset: { focus: `${p}:down` }, onclick: () => move(1, 'down') }, '↓'),
+    h('button', { type: 'button', class: 'icon', title: 'Move up', 'aria-label': `Move ${name} up`, disabled: i === 0, dataset: { focus: `${p}:up` }, onclick: () => move(-1, 'up') }, '↑'),
+    h('button', { type: 'button', class: 'icon', title: 'Move down', 'aria-label': `Move ${name} down`, disabled: i === layers.length - 1, dataset: { focus: `${p}:down` }, onclick: () => move(1, 'down') }, '↓'),
     h(
       'button',
       {
         type: 'button',
         class: 'icon remove',
         title: 'Remove',
-        'aria-label': `Remove ${p}`,
+        'aria-label': `Remove ${name}`,
         dataset: { focus: `${p}:remove` },
         onclick: () => {
           layers.splice(i, 1);
@@ -183,25 +192,28 @@ function layer_item(schema, layers, i, path, width, edit) {
       '✕',
     ),
   );
-  const shape = width && width.in !== width.out ? `${width.in} → ${width.out}` : width ? `${width.in}` : '';
   const head = h(
     'div',
     { class: 'layer-head' },
     h('span', { class: 'layer-index', 'aria-hidden': 'true' }, String(i)),
     type_select,
-    h('span', { class: 'layer-width', title: 'features in → out' }, shape),
+    h('span', { class: 'layer-width', title: 'features in → out', dataset: { widthOf: p } }, width_text(width)),
     buttons,
   );
   const options = [];
   let body = null;
   for (const spec of info?.options ?? []) {
     if (spec.type === 'layers') {
-      const list = Array.isArray(layer[spec.name]) ? layer[spec.name] : (layer[spec.name] = []);
+      // Anything but a list stays as the reader wrote it (the engine names the problem); turning
+      // it into [] here once made the engine report an empty list instead.
+      const list = layer[spec.name];
       body = h(
         'div',
         { class: 'layer-body' },
         h('div', { class: 'layer-body-label' }, `${spec.name} — ${spec.help}`),
-        layer_list(schema, list, [...path, spec.name], width?.in ?? 0, edit),
+        Array.isArray(list)
+          ? layer_list(schema, list, [...path, spec.name], width?.in ?? 0, edit)
+          : h('p', { class: 'warn', dataset: { path: `${p}.${spec.name}` } }, `${spec.name} is not a list of layers; fix it in the JSON.`),
       );
       continue;
     }
@@ -221,9 +233,50 @@ function layer_item(schema, layers, i, path, width, edit) {
   );
 }
 
+const width_text = (w) => (w && w.in !== w.out ? `${w.in} → ${w.out}` : w ? `${w.in}` : '');
+
+/** JSON path of every layer -> its width label, walking lists and bodies as the form does. */
+function width_labels(schema, layers, path, width, out = new Map()) {
+  if (!Array.isArray(layers)) return out;
+  const widths = layer_widths(layers, width);
+  layers.forEach((layer, i) => {
+    out.set(format_path([...path, i]), width_text(widths[i]));
+    const info = layer && typeof layer === 'object' ? layer_type(schema, layer.type) : null;
+    for (const spec of info?.options ?? []) if (spec.type === 'layers') width_labels(schema, layer[spec.name], [...path, i, spec.name], widths[i]?.in ?? 0, out);
+  });
+  return out;
+}
+
+/** Rewrites the width labels ("64 → 32") in place after an edit that did not rebuild the form
+ * (out_features or features typed in a box that keeps its caret). */
+export function refresh_layer_widths(root, schema, config) {
+  const labels = width_labels(schema, config.layers, ['layers'], config.shape?.features ?? 64);
+  for (const el of root.querySelectorAll('.layer-width[data-width-of]')) {
+    const text = labels.get(el.dataset.widthOf) ?? '';
+    if (el.textContent !== text) el.textContent = text;
+  }
+}
+
+/** The place an error names: the dotted name the tables use, and the engine's JSON path when it
+ * is written differently, each labelled. */
+export function error_place(path) {
+  const dotted = dotted_path(path);
+  return dotted === path
+    ? [h('code', { class: 'error-path' }, path)]
+    : [h('code', { class: 'error-path' }, dotted), ' ', h('span', { class: 'json-path' }, '(JSON path: ', h('code', {}, path), ')')];
+}
+
 /** Marks the control (or the nearest enclosing layer) an engine error names, and repeats the
- * message there: on a phone the status box may be a screen away. */
-function mark_error(root, path, message, error_id) {
+ * message there: on a phone the status box may be a screen away. Clears the previous marks
+ * first, so it can run on a form the reader is typing in. */
+export function mark_editor_error(root, path, message, error_id) {
+  for (const el of root.querySelectorAll('.inline-error')) el.remove();
+  for (const el of root.querySelectorAll('.has-error')) el.classList.remove('has-error');
+  for (const el of root.querySelectorAll('[aria-invalid]')) {
+    el.removeAttribute('aria-invalid');
+    const ids = (el.getAttribute('aria-describedby') ?? '').split(' ').filter((id) => id && id !== error_id);
+    el.setAttribute('aria-describedby', ids.join(' '));
+  }
   if (!path) return;
   let target = null;
   for (let p = path; p && !target; p = p.replace(/(\.[^.[\]]+|\[\d+\])$/, '')) {
@@ -234,7 +287,7 @@ function mark_error(root, path, message, error_id) {
   target.classList.add('has-error');
   if (message) {
     const holder = target.closest('li.layer') ?? target.closest('fieldset');
-    holder?.append(h('p', { class: 'inline-error' }, h('span', { 'aria-hidden': 'true' }, '⚠ '), `${path}: ${message}`));
+    holder?.append(h('p', { class: 'inline-error' }, h('span', { 'aria-hidden': 'true' }, '⚠ '), error_place(path), ': ', message));
   }
   if (target.matches('input, select')) {
     target.setAttribute('aria-invalid', 'true');

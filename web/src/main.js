@@ -1,5 +1,7 @@
 // The page: wires the engine (a Web Worker), the editors, the results and the share link.
-// All state lives in `state`; each view is redrawn from it by one function.
+// All state lives in `state`. Handlers change it and call render(), the one render path: it
+// compares each view with what it showed last (`shown`) and redraws only what changed, so the
+// form is rebuilt only when its structure changed and never under a box being typed in.
 import 'virtual:katex.css'; // KaTeX's CSS, cut to the pre-typeset formulas (tools/katex-prerender.js)
 import 'uplot/dist/uPlot.min.css';
 import './style.css';
@@ -10,18 +12,22 @@ import export_glue_url from '@wasm/biaslab-export.js?url';
 import export_wasm_url from '@wasm/biaslab-export.wasm?url';
 
 import { EngineClient, EngineError, CancelledError } from './engine-client.js';
-import { canonical_config, format_config, same_json } from './experiment.js';
-import { decode_link, encode_link, LinkError } from './share-codec.js';
-import { render_stack_editor } from './layer-editor.js';
+import { canonical_config, format_config, same_json, minimal_config } from './experiment.js';
+import { decode_link, encode_link, LinkError, crc32 } from './share-codec.js';
+import { render_stack_editor, mark_editor_error, error_place, refresh_layer_widths } from './layer-editor.js';
 import { render_results, refresh_plot } from './results.js';
 import { h, clear, copy_text, download } from './dom.js';
 import { start_embed } from './embed.js';
+import { render_glossary, wire_term_tips } from './glossary.js';
 
 const $ = (id) => document.getElementById(id);
 const params = new URLSearchParams(location.search);
 const EMBED = params.get('embed') === '1';
 const PROGRESS_DELAY_MS = 150; // analyses shorter than this never show a progress bar
 const TYPING_DELAY_MS = 300; // debounce for number boxes and the JSON text
+const STATUS_MS = 4000; // how long a "Link copied." or export notice stays
+const HISTORY_STEPS = 200; // undo steps kept
+const CACHED_REPORTS = 16; // recent reports kept for undo/redo
 
 const state = {
   schema: null,
@@ -41,12 +47,29 @@ const state = {
   report_ms: 0,
   /** The config text of the analysis in flight or last asked for. */
   requested_text: '',
+  /** An analysis is due or running for the experiment on screen (from the edit to its answer):
+   * the results shown are then stale, and say so. */
+  pending: false,
+  /** The first-visit "how to read this" (dismissed once, remembered in localStorage). */
+  intro: false,
+  /** Recent good reports by config text (JSON.stringify(config)), oldest first: undo and redo
+   * show the numbers of an experiment seen before without running it again. */
+  reports: new Map(),
+  /** Experiment-level undo, as config texts. `present` is the last recorded step; typing in a
+   * box is recorded when the box is left (its `change` event), every other edit at once. */
+  history: { past: [], present: '', future: [] },
+  /** The preset "Reset to preset" goes back to: the last one loaded or matched. */
+  base_preset: 'default',
+  /** Short notices beside the control that caused them (cleared after STATUS_MS). */
+  status: { header: '', export: '' },
 };
 
 let engine = null;
-let analysis_timer = null;
-let progress_timer = null;
-let hash_timer = null;
+/** Pending timeouts (cleared and replaced, never more than one of each), and whether an
+ * analysis is queued for the end of the current task. */
+const timers = { analysis: null, progress: null, hash: null, json: null, status: {}, queued: false };
+/** What each view shows now; render() compares it with `state`. */
+const shown = { form: null, form_error: null, widths: null, json: null, presets: null, embed: null, link: null, message: null, report: null };
 
 // ---------------------------------------------------------------------------------------------
 // Boot
@@ -55,6 +78,8 @@ async function boot() {
   performance.mark('biaslab:boot');
   apply_theme_choice();
   if (EMBED) document.documentElement.classList.add('embed');
+  render_glossary($('glossary'));
+  wire_term_tips();
   engine = new EngineClient({
     glue_url: new URL(glue_url, location.href).href,
     wasm_url: new URL(wasm_url, location.href).href,
@@ -67,7 +92,7 @@ async function boot() {
     info = await engine.start();
   } catch (e) {
     state.error = { source: 'fatal', message: `The engine could not start in this browser: ${e.message ?? e}` };
-    render_message();
+    render();
     clear($('stack-editor'), h('p', { class: 'warn' }, 'The engine is not available.'));
     return;
   }
@@ -77,9 +102,11 @@ async function boot() {
   $('version').textContent = info.version;
 
   state.config = config_from_link(location.hash);
-  render_presets();
-  render_all_inputs();
+  state.history.present = config_key();
+  state.intro = !EMBED && !stored('biaslab-intro-seen');
+  note_preset();
   wire_controls();
+  render();
   if (EMBED) start_embed({ open_url: () => full_url() });
   analyze_soon(true);
 }
@@ -105,8 +132,58 @@ function config_from_link(hash) {
 // ---------------------------------------------------------------------------------------------
 // Rendering
 
+/** The experiment as the page compares, caches and records it. */
+const config_key = () => JSON.stringify(state.config);
+
 function config_text() {
   return format_config(canonical_config(state.schema, state.config));
+}
+
+/** The one render path: every handler changes `state`, then calls this. */
+function render() {
+  render_message();
+  render_status();
+  render_results_state();
+  if (!state.schema) return;
+  const key = config_key();
+  if (shown.form !== key) {
+    render_stack_editor($('stack-editor'), { schema: state.schema, config: state.config, on_edit: on_form_edit });
+    shown.form = key;
+    shown.form_error = null;
+    shown.widths = key;
+  }
+  if (shown.widths !== key) {
+    refresh_layer_widths($('stack-editor'), state.schema, state.config);
+    shown.widths = key;
+  }
+  const e = state.error?.source === 'engine' ? state.error : null;
+  const error_key = e ? `${e.path}\n${e.message}` : '';
+  if (shown.form_error !== error_key) {
+    // Marked on the controls in place: a rebuild here lost the caret of the box being typed in.
+    mark_editor_error($('stack-editor'), e?.path, e?.message, 'message');
+    shown.form_error = error_key;
+  }
+  if (shown.json !== key) {
+    $('config-json').value = config_text();
+    shown.json = key;
+  }
+  if (shown.presets !== key) {
+    render_presets();
+    shown.presets = key;
+  }
+  if (EMBED && shown.embed !== key) {
+    render_embed_experiment();
+    shown.embed = key;
+  }
+  if (shown.link !== key) {
+    update_link();
+    shown.link = key;
+  }
+  if (shown.report !== state.report) {
+    render_report();
+    shown.report = state.report;
+  }
+  render_history();
 }
 
 function render_presets() {
@@ -121,6 +198,17 @@ function render_presets() {
   $('claim').textContent = current ? current.claim : 'Your own layer stack: edit it on the left or in the JSON.';
 }
 
+function render_history() {
+  const { past, future, present } = state.history;
+  // Typing not yet recorded counts: leaving the box for the button records it first.
+  $('undo').disabled = past.length === 0 && config_key() === present;
+  $('redo').disabled = future.length === 0;
+  const base = state.presets.find((p) => p.name === state.base_preset);
+  const reset = $('reset');
+  reset.disabled = !base || matching_preset() === base;
+  reset.title = base ? `Back to the preset "${base.title}" as it was loaded (Undo brings your edits back).` : '';
+}
+
 // Each preset's canonical config, made once: every edit compares the experiment with all of them.
 // Read-only; loading a preset makes a fresh copy to edit.
 const canonical_presets = new WeakMap();
@@ -129,51 +217,47 @@ function canonical_preset(preset) {
   return canonical_presets.get(preset);
 }
 
+const preset_match = { key: null, preset: null };
 function matching_preset() {
-  const mine = canonical_config(state.schema, state.config);
-  return state.presets.find((p) => same_json(canonical_preset(p), mine)) ?? null;
+  const key = config_key();
+  if (preset_match.key !== key) {
+    const mine = canonical_config(state.schema, state.config);
+    preset_match.key = key;
+    preset_match.preset = state.presets.find((p) => same_json(canonical_preset(p), mine)) ?? null;
+  }
+  return preset_match.preset;
 }
 
-let marked_error;
-const error_key = () => (state.error?.source === 'engine' ? `${state.error.path}\n${state.error.message}` : '');
-/** Redraws the form only when the engine error it shows has changed (keeps typing smooth). */
-function sync_editor_error() {
-  if (error_key() !== marked_error) render_editor();
+/** An experiment equal to a preset makes that preset the one "Reset to preset" goes back to. */
+function note_preset() {
+  const p = matching_preset();
+  if (p) state.base_preset = p.name;
 }
 
-function render_editor() {
-  marked_error = error_key();
-  render_stack_editor($('stack-editor'), {
-    schema: state.schema,
-    config: state.config,
-    error_path: state.error?.source === 'engine' ? state.error.path : undefined,
-    error_message: state.error?.source === 'engine' ? state.error.message : undefined,
-    error_id: 'message',
-    on_edit: on_form_edit,
-  });
-}
-
-/** Everything that shows the config: form, JSON text (unless the user is typing there), presets. */
-function render_all_inputs({ keep_text = false } = {}) {
-  if (!keep_text) $('config-json').value = config_text();
-  render_editor();
-  render_presets();
-  if (EMBED) render_embed_experiment();
+/** Downloads are named after the preset, else "custom-" and the share link's checksum. */
+function file_stem(config = state.config) {
+  const c = config === state.config ? matching_preset() : null;
+  if (c) return `biaslab-${c.name}`;
+  return `biaslab-custom-${crc32(JSON.stringify(minimal_config(state.schema, config))).toString(36)}`;
 }
 
 function render_message() {
   const box = $('message');
+  const e = state.error;
+  const key = JSON.stringify([state.link_notice, state.cancelled, e, Boolean(state.report)]);
+  if (shown.message === key) return; // unchanged: keep its buttons (and their focus)
+  shown.message = key;
   const parts = [];
   // A broken link is the first thing to say, so it sits above the experiment.
   const notice = $('link-notice');
   clear(
     notice,
     state.link_notice
-      ? h('p', {}, h('strong', {}, 'Link problem: '), state.link_notice, ' ', h('button', { type: 'button', class: 'small', onclick: () => { state.link_notice = null; render_message(); } }, 'Dismiss'))
+      ? h('p', {}, h('strong', {}, 'Link problem: '), state.link_notice, ' ', h('button', { type: 'button', class: 'small', onclick: () => { state.link_notice = null; render(); } }, 'Dismiss'))
       : null,
   );
   notice.hidden = !state.link_notice;
-  if (state.cancelled && !state.error)
+  if (state.cancelled && !e)
     parts.push(
       h(
         'p',
@@ -183,9 +267,8 @@ function render_message() {
         h('button', { type: 'button', class: 'small', id: 'run-again', onclick: () => analyze_soon(true) }, 'Run it anyway'),
       ),
     );
-  const e = state.error;
   if (e) {
-    const where = e.path ? [h('code', { class: 'error-path' }, e.path), ': '] : e.source === 'json' ? 'JSON: ' : '';
+    const where = e.path ? [error_place(e.path), ': '] : e.source === 'json' ? 'JSON: ' : '';
     parts.push(
       h(
         'p',
@@ -199,17 +282,39 @@ function render_message() {
   }
   clear(box, parts);
   box.hidden = parts.length === 0;
-  $('results').classList.toggle('stale', Boolean(state.report && ((e && e.source !== 'fatal') || state.cancelled)));
+}
+
+/** Results that do not answer the experiment on screen are dimmed; while a newer analysis is
+ * due or running they also say "Updating…" and carry aria-busy. The dimming waits a moment in
+ * CSS (transition-delay), so a 30 ms analysis does not flash. */
+function render_results_state() {
+  const e = state.error;
+  const busy = Boolean(state.report && state.pending);
+  const stale = Boolean(state.report && (busy || (e && e.source !== 'fatal') || state.cancelled));
+  const results = $('results');
+  results.classList.toggle('stale', stale);
+  results.classList.toggle('updating', busy);
+  results.setAttribute('aria-busy', String(busy));
+  $('results-state').hidden = !busy;
+  $('how-to-read').hidden = !state.intro;
+}
+
+function render_status() {
+  $('copy-status').textContent = state.status.header;
+  $('export-status').textContent = state.status.export;
 }
 
 function render_report() {
   if (!state.report) return;
+  const report_config = JSON.parse(state.report_text);
   render_results($('results-body'), state.report, {
     ms: state.report_ms,
     embed: EMBED,
+    // Named after the experiment the tables answer, which may lag behind the editor.
+    file_stem: () => (state.report_text === config_key() ? file_stem() : file_stem(report_config)),
     on_load_minimal: (config) => {
       state.config = canonical_config(state.schema, config);
-      after_edit({ structural: true, immediate: true });
+      after_edit();
       $('stack-editor').scrollIntoView({ behavior: 'smooth', block: 'start' });
     },
   });
@@ -230,44 +335,93 @@ function render_embed_experiment() {
 }
 
 // ---------------------------------------------------------------------------------------------
-// Edits
+// Edits and history
 
-function on_form_edit(edit) {
-  after_edit(edit);
+/** An edit made in the form. Typing in a number box (immediate: false) is neither rebuilt nor
+ * recorded here: the box already shows it, and its change event records it. */
+function on_form_edit({ structural, immediate }) {
+  if (!structural) shown.form = config_key();
+  after_edit({ immediate, record: immediate });
 }
 
 /** After any change of state.config made by the page (form, preset, minimal model, link). */
-function after_edit({ structural, immediate }) {
+function after_edit({ immediate = true, record: rec = true } = {}) {
   if (state.error?.source === 'json') state.error = null;
-  $('config-json').value = config_text();
-  if (structural) render_editor();
-  render_presets();
-  update_link();
+  note_preset();
+  if (rec) record();
+  render();
   analyze_soon(immediate);
 }
 
+/** One undo step: the experiment as it is now, if it changed since the last step. */
+function record() {
+  const h = state.history;
+  const key = config_key();
+  if (key === h.present) return;
+  h.past.push(h.present);
+  if (h.past.length > HISTORY_STEPS) h.past.shift();
+  h.present = key;
+  h.future = [];
+}
+
+/** Undo (from past to future) or redo (from future to past). */
+function step_history(from, to) {
+  flush_json();
+  record(); // typing not recorded yet is the step to undo
+  if (!from.length) return;
+  const h = state.history;
+  to.push(h.present);
+  h.present = from.pop();
+  state.config = JSON.parse(h.present);
+  if (state.error?.source === 'json') state.error = null;
+  note_preset();
+  render();
+  analyze_soon(true);
+}
+const undo = () => step_history(state.history.past, state.history.future);
+const redo = () => step_history(state.history.future, state.history.past);
+
+/** Ctrl+Z / Ctrl+Shift+Z / Ctrl+Y outside text boxes; inside one the browser undoes typing. */
+function on_history_key(event) {
+  if (!(event.ctrlKey || event.metaKey) || event.altKey) return;
+  const key = event.key.toLowerCase();
+  const is_redo = (key === 'z' && event.shiftKey) || (key === 'y' && !event.shiftKey);
+  if (key !== 'z' && !is_redo) return;
+  const t = event.target;
+  if (t instanceof HTMLTextAreaElement || (t instanceof HTMLInputElement && !['checkbox', 'radio', 'button'].includes(t.type)) || t?.isContentEditable) return;
+  event.preventDefault();
+  if (is_redo) redo();
+  else undo();
+}
+
 function on_json_input() {
+  clearTimeout(timers.json);
+  timers.json = null;
   const text = $('config-json').value;
   let parsed;
   try {
     parsed = JSON.parse(text);
   } catch (e) {
     state.error = { source: 'json', message: json_error_message(text, e) };
-    render_message();
+    render();
     return;
   }
   if (typeof parsed !== 'object' || parsed === null || Array.isArray(parsed)) {
     state.error = { source: 'json', message: 'the config must be a JSON object, {"layers": [...]}' };
-    render_message();
+    render();
     return;
   }
   if (state.error?.source === 'json') state.error = null;
   state.config = parsed;
-  render_editor();
-  render_presets();
-  render_message();
-  update_link();
+  shown.json = config_key(); // the text stays as typed
+  note_preset();
+  render();
   analyze_soon(true);
+}
+
+/** Applies JSON typing still waiting for its debounce (before undo, or when the box is left). */
+function flush_json() {
+  if (timers.json !== null) on_json_input();
 }
 
 /** "Unexpected token } in JSON at position 42" -> with line and column. */
@@ -286,42 +440,46 @@ function load_preset(name) {
   if (!preset) return;
   state.error = null;
   state.config = canonical_config(state.schema, JSON.parse(preset.config));
-  render_message();
-  after_edit({ structural: true, immediate: true });
+  after_edit();
 }
 
 // ---------------------------------------------------------------------------------------------
 // Analysis
 
-let analysis_queued = false;
 function analyze_soon(immediate) {
-  clearTimeout(analysis_timer);
+  clearTimeout(timers.analysis);
+  if (!state.pending) {
+    state.pending = true;
+    render_results_state();
+  }
   if (!immediate) {
-    analysis_timer = setTimeout(run_analysis, TYPING_DELAY_MS);
+    timers.analysis = setTimeout(run_analysis, TYPING_DELAY_MS);
     return;
   }
   // At the end of this task, not in a later one: a timeout, even of 0 ms, let the browser draw
   // a frame first, which kept the engine waiting 10-20 ms after every click. Several edits in
   // one task still make one analysis.
-  if (analysis_queued) return;
-  analysis_queued = true;
+  if (timers.queued) return;
+  timers.queued = true;
   queueMicrotask(() => {
-    analysis_queued = false;
+    timers.queued = false;
     run_analysis();
   });
 }
 
 async function run_analysis() {
-  const text = JSON.stringify(state.config);
-  if (text === state.report_text && state.report) {
-    // Back to the experiment the tables already show (e.g. an invalid edit undone): nothing to run.
+  const text = config_key();
+  const cached = state.reports.get(text);
+  if (cached) {
+    // An experiment analysed before (an invalid edit undone, undo, redo): nothing to run.
     if (engine.busy) engine.cancel('not needed any more');
     done_progress();
+    state.pending = false;
     state.requested_text = text;
     state.cancelled = false;
     if (state.error && state.error.source !== 'json') state.error = null;
-    render_message();
-    sync_editor_error();
+    show_report(text, cached);
+    render();
     mark_analysed(true);
     return;
   }
@@ -329,10 +487,10 @@ async function run_analysis() {
   state.requested_text = text;
   if (state.cancelled) {
     state.cancelled = false;
-    render_message();
+    render();
   }
-  clearTimeout(progress_timer);
-  progress_timer = setTimeout(() => show_progress(true), PROGRESS_DELAY_MS);
+  clearTimeout(timers.progress);
+  timers.progress = setTimeout(() => show_progress(true), PROGRESS_DELAY_MS);
   let result;
   try {
     result = await engine.analyze(text, { on_progress: set_progress });
@@ -340,31 +498,40 @@ async function run_analysis() {
     if (e instanceof CancelledError) {
       if (e.message === 'cancelled') {
         done_progress();
+        state.pending = false;
         state.requested_text = '';
         state.cancelled = true;
-        render_message();
+        render();
       }
       return; // superseded: the newer request owns the progress bar
     }
     done_progress();
+    state.pending = false;
     state.error = e instanceof EngineError ? { source: 'engine', path: e.path, message: e.detail } : { source: 'fatal', message: String(e.message ?? e) };
     if (!(e instanceof EngineError)) state.requested_text = '';
-    render_message();
-    sync_editor_error();
+    render();
     mark_analysed(false);
     return;
   }
   done_progress();
-  if (text !== JSON.stringify(state.config)) return; // the config moved on meanwhile
-  state.report = result.report;
-  state.report_text = text;
-  state.report_ms = result.ms;
+  if (text !== config_key()) return; // the config moved on meanwhile
+  state.pending = false;
+  const entry = { report: result.report, ms: result.ms };
+  state.reports.set(text, entry);
+  if (state.reports.size > CACHED_REPORTS) state.reports.delete(state.reports.keys().next().value);
+  show_report(text, entry);
   document.documentElement.dataset.roundTripMs = String(Math.round(result.round_trip_ms));
   if (state.error && state.error.source !== 'json') state.error = null;
-  render_message();
-  sync_editor_error();
-  render_report();
+  render();
   mark_analysed(true);
+}
+
+function show_report(text, { report, ms }) {
+  state.reports.delete(text); // most recently shown last: the first to go is the oldest
+  state.reports.set(text, { report, ms });
+  state.report = report;
+  state.report_text = text;
+  state.report_ms = ms;
 }
 
 // A counter on <html> that tests (and anyone scripting the page) can wait on; the first
@@ -388,7 +555,7 @@ function show_progress(on) {
 }
 
 function done_progress() {
-  clearTimeout(progress_timer);
+  clearTimeout(timers.progress);
   show_progress(false);
   $('progress-bar').value = 0;
   $('progress-text').textContent = '';
@@ -418,24 +585,53 @@ function embed_url() {
 /** Keeps the address bar on the current experiment without adding history entries. */
 function update_link() {
   if (EMBED) return; // an embedded page never rewrites its own URL
-  clearTimeout(hash_timer);
-  hash_timer = setTimeout(() => {
+  clearTimeout(timers.hash);
+  timers.hash = setTimeout(() => {
     const hash = share_hash();
     if (location.hash !== hash) history.replaceState(history.state, '', hash);
   }, 150);
 }
 
-function flash_status(text) {
-  const el = $('copy-status');
-  el.textContent = text;
-  clearTimeout(flash_status.timer);
-  flash_status.timer = setTimeout(() => (el.textContent = ''), 4000);
+/** A notice in the status beside the control that caused it: 'header' (copy buttons) or 'export'. */
+function flash_status(where, text) {
+  state.status[where] = text;
+  clearTimeout(timers.status[where]);
+  timers.status[where] = setTimeout(() => {
+    state.status[where] = '';
+    render_status();
+  }, STATUS_MS);
+  render_status();
+}
+
+/** What a copied link or snippet carries when the experiment is not a valid one. */
+function invalid_note() {
+  const e = state.error;
+  if (e?.source === 'engine') return ' The experiment is invalid: the link reproduces the invalid config, with its error.';
+  if (e?.source === 'json') return ' The JSON text does not parse: the link carries the last config that did.';
+  return '';
 }
 
 function embed_snippet() {
   const title = matching_preset()?.title ?? 'custom experiment';
   // class="biaslab-embed" is what the host-page listener in docs/embed.md looks for.
   return `<iframe class="biaslab-embed" src="${embed_url().replace(/&/g, '&amp;')}" title="biaslab: ${title.replace(/&/g, '&amp;').replace(/"/g, '&quot;')}" style="width:100%;border:0" height="900" loading="lazy"></iframe>`;
+}
+
+/** localStorage, which a browser may block: then nothing is remembered. */
+function stored(key) {
+  try {
+    return localStorage.getItem(key);
+  } catch {
+    return null;
+  }
+}
+
+function store(key, value) {
+  try {
+    localStorage.setItem(key, value);
+  } catch {
+    /* not remembered; it still applies to this page */
+  }
 }
 
 function apply_theme_choice() {
@@ -466,35 +662,61 @@ function set_theme(choice, save = true) {
 
 function wire_controls() {
   $('preset').addEventListener('change', (e) => e.target.value && load_preset(e.target.value));
-  let json_timer = null;
-  $('config-json').addEventListener('input', () => {
-    clearTimeout(json_timer);
-    json_timer = setTimeout(on_json_input, TYPING_DELAY_MS);
+  const json = $('config-json');
+  json.addEventListener('input', () => {
+    clearTimeout(timers.json);
+    timers.json = setTimeout(on_json_input, TYPING_DELAY_MS);
   });
+  // Leaving a text box (or Enter in a number box) ends a run of typing: one undo step.
+  const end_typing = () => {
+    flush_json();
+    record();
+    render_history();
+  };
+  json.addEventListener('change', end_typing);
+  $('stack-editor').addEventListener('change', end_typing);
+  // Typing not recorded yet enables Undo (the button records it when the box is left).
+  $('stack-editor').addEventListener('input', () => render_history());
+  json.addEventListener('input', () => render_history());
+  $('undo').addEventListener('click', undo);
+  $('redo').addEventListener('click', redo);
+  $('reset').addEventListener('click', () => load_preset(state.base_preset));
+  document.addEventListener('keydown', on_history_key);
   $('cancel').addEventListener('click', () => engine.cancel());
+  $('how-to-read-dismiss').addEventListener('click', () => {
+    state.intro = false;
+    store('biaslab-intro-seen', '1');
+    render();
+    $('results').focus({ preventScroll: true });
+  });
   $('copy-link').addEventListener('click', async () => {
     const ok = await copy_text(full_url());
-    flash_status(ok ? 'Link copied.' : 'Copy failed: copy the address bar instead.');
+    flash_status('header', ok ? `Link copied.${invalid_note()}` : 'Copy failed: copy the address bar instead.');
   });
   $('copy-embed').addEventListener('click', async () => {
     const ok = await copy_text(embed_snippet());
-    flash_status(ok ? 'Embed snippet copied (see docs/embed.md for the height listener).' : 'Copy failed.');
+    flash_status('header', ok ? `Embed snippet copied (see docs/embed.md for the height listener).${invalid_note()}` : 'Copy failed.');
   });
   $('theme').addEventListener('change', (e) => set_theme(e.target.value));
   matchMedia('(prefers-color-scheme: dark)').addEventListener('change', () => refresh_plot($('results-body'), state.report));
-  $('download-json').addEventListener('click', () => state.report && download('biaslab-report.json', JSON.stringify(state.report, null, 2) + '\n', 'application/json'));
+  $('download-json').addEventListener('click', () => {
+    if (!state.report) return;
+    const stem = state.report_text === config_key() ? file_stem() : file_stem(JSON.parse(state.report_text));
+    download(`${stem}-report.json`, JSON.stringify(state.report, null, 2) + '\n', 'application/json');
+  });
   $('download-torch').addEventListener('click', async () => {
     const button = $('download-torch');
     button.disabled = true;
-    flash_status('Writing the PyTorch script and weights…');
+    flash_status('export', 'Writing the PyTorch script and weights…');
     try {
+      const stem = file_stem();
       const bundle = await engine.export_torch(config_text());
-      download('biaslab-experiment.py', bundle.script, 'text/x-python');
+      download(`${stem}.py`, bundle.script, 'text/x-python');
       const bytes = Uint8Array.from(atob(bundle.weights_base64), (c) => c.charCodeAt(0));
-      download('biaslab-experiment.safetensors', new Blob([bytes], { type: 'application/octet-stream' }));
-      flash_status('Saved biaslab-experiment.py and biaslab-experiment.safetensors: run python3 biaslab-experiment.py biaslab-experiment.safetensors');
+      download(`${stem}.safetensors`, new Blob([bytes], { type: 'application/octet-stream' }));
+      flash_status('export', `Saved ${stem}.py and ${stem}.safetensors: run python3 ${stem}.py ${stem}.safetensors`);
     } catch (e) {
-      flash_status(`Export failed: ${e.message}`);
+      flash_status('export', `Export failed: ${e.message}`);
     } finally {
       button.disabled = false;
     }
@@ -503,11 +725,8 @@ function wire_controls() {
   window.addEventListener('hashchange', () => {
     state.config = config_from_link(location.hash);
     state.error = null;
-    render_message();
-    render_all_inputs();
-    analyze_soon(true);
+    after_edit();
   });
-  render_message();
 }
 
 boot();

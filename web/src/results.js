@@ -6,6 +6,7 @@ import FORMULAS from 'virtual:formulas';
 import { h, clear, download } from './dom.js';
 import { bias_table, fold_table, minimal_table, invariance_table, to_markdown, to_csv, fmt_int, VERDICT_TEXT, is_undetermined, redundant_dims, undetermined_reason, bias_notes } from './table-model.js';
 import { render_sweep } from './sweep-plot.js';
+import { term, column_term } from './glossary.js';
 
 // Symbols keep the verdicts apart without colour: ○ nothing of it matters, ◐ part of it, ● all of
 // it, ? not settled (a limit stopped the structural analysis).
@@ -21,9 +22,14 @@ function names(list) {
   return (list ?? []).map((w, i) => [i ? ', ' : '', name(w)]);
 }
 
-function verdict_badge(v, title = null) {
-  return h('span', { class: `badge verdict-${v}`, title }, h('span', { 'aria-hidden': 'true' }, VERDICT_MARK[v] ?? '?'), ' ', VERDICT_TEXT[v] ?? v);
+/** A verdict as a badge that links to its glossary entry (tooltip on hover and focus); `detail`
+ * adds this row's own reason to the tooltip. */
+function verdict_badge(v, detail = null) {
+  return term(v, h('span', { class: `badge verdict-${v}` }, h('span', { 'aria-hidden': 'true' }, VERDICT_MARK[v] ?? '?'), ' ', VERDICT_TEXT[v] ?? v), detail);
 }
+
+// Direction words that are glossary terms.
+const DIRECTION_TERMS = { 'all-ones': 'all_ones', 'W_O b_V along all-ones': 'wo_bv' };
 
 function yes_no_badge(ok, yes = 'yes', no = 'no') {
   return h('span', { class: `badge ${ok ? 'good' : 'bad'}` }, h('span', { 'aria-hidden': 'true' }, ok ? '✓' : '✗'), ' ', ok ? yes : no);
@@ -47,6 +53,7 @@ const CELLS = {
       is_undetermined(r)
         ? h('span', { class: 'bounds', title: `at least ${r.redundant_dim_min ?? '?'} and at most ${r.redundant_dim_max ?? '?'} of ${r.size} directions are redundant; the analysis stopped before it could say how many` }, `${redundant_dims(r)} of ${r.size}`)
         : h('span', { title: r.structure?.stop_note ?? null }, `${redundant_dims(r)} of ${r.size}`),
+    directions: (r) => (DIRECTION_TERMS[r.directions] ? term(DIRECTION_TERMS[r.directions], r.directions) : r.directions),
     why: (r) => [r.why, bias_notes(r).map((n) => h('div', { class: `note note-${n.label.toLowerCase()}` }, h('strong', {}, `${n.label}: `), n.text))],
     absorbed_by: (r) => (r.absorbed_by ? name(r.absorbed_by) : r.folds?.length ? `dropped (${r.folds.join(', ')})` : '—'),
   },
@@ -67,14 +74,14 @@ const CELLS = {
   },
 };
 
-function table_section(table, extra_head = null, extra_body = null) {
+function table_section(table, file_stem, extra_head = null, extra_body = null) {
   const title_id = `table-${table.id}-title`;
   const cells = CELLS[table.id] ?? {};
   const exports = h(
     'span',
     { class: 'exports' },
-    h('button', { type: 'button', class: 'small', 'aria-label': `Download the ${table.title} table as Markdown`, onclick: () => download(`biaslab-${table.id}.md`, to_markdown(table), 'text/markdown') }, 'Markdown'),
-    h('button', { type: 'button', class: 'small', 'aria-label': `Download the ${table.title} table as CSV`, onclick: () => download(`biaslab-${table.id}.csv`, to_csv(table), 'text/csv') }, 'CSV'),
+    h('button', { type: 'button', class: 'small', 'aria-label': `Download the ${table.title} table as Markdown`, onclick: () => download(`${file_stem()}-${table.id}.md`, to_markdown(table), 'text/markdown') }, 'Markdown'),
+    h('button', { type: 'button', class: 'small', 'aria-label': `Download the ${table.title} table as CSV`, onclick: () => download(`${file_stem()}-${table.id}.csv`, to_csv(table), 'text/csv') }, 'CSV'),
   );
   const body = table.rows.length
     ? h(
@@ -83,7 +90,7 @@ function table_section(table, extra_head = null, extra_body = null) {
         h(
           'table',
           { class: `report-table table-${table.id}`, dataset: { table: table.id } },
-          h('thead', {}, h('tr', {}, table.columns.map((c) => h('th', { scope: 'col', class: c.numeric ? 'num' : '' }, c.label)))),
+          h('thead', {}, h('tr', {}, table.columns.map((c) => h('th', { scope: 'col', class: c.numeric ? 'num' : '' }, column_term(table.id, c.key) ? term(column_term(table.id, c.key), c.label) : c.label)))),
           h(
             'tbody',
             {},
@@ -123,12 +130,13 @@ let plot = null;
 /**
  * @param {HTMLElement} root
  * @param {object} report
- * @param {{ms?: number, on_load_minimal?: (config: object) => void, embed?: boolean}} options
+ * @param {{ms?: number, on_load_minimal?: (config: object) => void, embed?: boolean,
+ *          file_stem?: () => string}} options file_stem: downloads are named `${file_stem()}-biases.md`
  */
-export function render_results(root, report, { ms, on_load_minimal, embed = false } = {}) {
+export function render_results(root, report, { ms, on_load_minimal, embed = false, file_stem = () => 'biaslab' } = {}) {
   plot?.destroy();
   plot = null;
-  const plot_root = h('div', { class: 'plot', role: 'img', 'aria-label': 'Log-log plot of max |Δ output| against perturbation size, one line per bias, with the noise floor' });
+  const plot_root = h('div', { class: 'plot' });
   const plot_section = h(
     'section',
     { class: 'result-section', id: 'section-sweep', 'aria-labelledby': 'sweep-title' },
@@ -136,7 +144,7 @@ export function render_results(root, report, { ms, on_load_minimal, embed = fals
       'div',
       { class: 'section-head' },
       h('h2', { id: 'sweep-title' }, 'Perturbation sweep'),
-      h('span', { class: 'exports' }, h('button', { type: 'button', class: 'small', id: 'download-png', onclick: async () => plot && download('biaslab-sweep.png', await plot.png()) }, 'PNG')),
+      h('span', { class: 'exports' }, h('button', { type: 'button', class: 'small', id: 'download-png', onclick: async () => { const png = await plot?.png(); if (png) download(`${file_stem()}-sweep.png`, png); } }, 'PNG')),
     ),
     h('p', { class: 'caption' }, report.sweep?.direction ? `Direction: ${report.sweep.direction}. Points below the noise floor are rounding; the floor is measured wherever a change comes within a million times of it.` : ''),
     plot_root,
@@ -152,11 +160,11 @@ export function render_results(root, report, { ms, on_load_minimal, embed = fals
   clear(
     root,
     summary(report, ms),
-    table_section(bias_table(report), null, noise),
+    table_section(bias_table(report), file_stem, null, noise),
     plot_section,
-    table_section(fold_table(report)),
-    table_section(minimal_table(report), null, load_minimal),
-    table_section(invariance_table(report)),
+    table_section(fold_table(report), file_stem),
+    table_section(minimal_table(report), file_stem, null, load_minimal),
+    table_section(invariance_table(report), file_stem),
   );
   plot = render_sweep(plot_root, report);
 }

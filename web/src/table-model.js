@@ -53,10 +53,20 @@ export function undetermined_reason(row) {
   return row.undetermined_reason ?? 'a limit stopped the structural analysis before its stopping rule held';
 }
 
+/** What an undetermined row's "min-max of n" means, in a sentence (null without both bounds). */
+export function bounds_text(row) {
+  const lo = row.redundant_dim_min, hi = row.redundant_dim_max;
+  if (typeof lo !== 'number' || typeof hi !== 'number') return null;
+  return `at least ${lo} and at most ${hi} of the ${row.size} directions are redundant: the rank found, ${row.size - hi}, is a lower bound on the true rank`;
+}
+
 /** The notes a bias row carries, as sentences: why it is undetermined, and the engine's note. */
 export function bias_notes(row) {
   const notes = [];
-  if (is_undetermined(row)) notes.push({ label: 'Undetermined', text: undetermined_reason(row) });
+  if (is_undetermined(row)) {
+    notes.push({ label: 'Undetermined', text: undetermined_reason(row) });
+    if (bounds_text(row)) notes.push({ label: 'Bounds', text: bounds_text(row) });
+  }
   if (row.note) notes.push({ label: 'Note', text: row.note });
   return notes;
 }

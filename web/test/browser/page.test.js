@@ -105,7 +105,7 @@ test('page: editing a layer updates the tables and the link without adding histo
   // Add a layer, then move it up: both are edits, none may push a history entry.
   await after_analysis(page, () => page.click('.stack-editor > .layer-list-wrap > .add-row button'));
   assert.equal((await bias_names(page)).length, 6, 'the new linear layer brings a bias');
-  await after_analysis(page, () => page.click('[aria-label="Move layers[2] up"]'));
+  await after_analysis(page, () => page.click('[aria-label="Move layers.2 up"]'));
   assert.equal(await page.evaluate(() => history.length), history_before);
   // The minimal model is one click away from the editor.
   await after_analysis(page, () => page.click('#load-minimal'));
@@ -173,9 +173,12 @@ test('page: an undetermined bias shows its bounds, a verdict style of its own an
   assert.match(bounds, /^\d+-\d+ of 1024$/, 'bounds, not one number');
   const badge = q.locator('.col-verdict .badge');
   assert.equal((await badge.innerText()).trim(), '? undetermined');
-  const reason = await badge.getAttribute('title');
-  assert.match(reason, /budget/, 'the reason on the badge');
+  const reason = await q.locator('.col-verdict .term').getAttribute('data-detail');
+  assert.match(reason, /budget/, 'the reason in the verdict\'s tooltip');
   assert.match(await q.locator('.col-why').innerText(), /Undetermined: .*budget/, 'the reason in the row');
+  // The bounds explained in the row itself, not only in a tooltip.
+  const [lo, hi] = bounds.split(' ')[0].split('-');
+  assert.match(await q.locator('.col-why').innerText(), new RegExp(`Bounds: at least ${lo} and at most ${hi} of the 1024 directions are redundant: the rank found, ${1024 - Number(hi)}, is a lower bound`));
   assert.match(await q.locator('.col-redundant [title]').getAttribute('title'), /at least \d+ and at most \d+ of 1024/);
   // Its own look: neither the colours of "redundant" (k_proj) nor of "effective" (o_proj).
   const look = (locator) => locator.locator('.col-verdict .badge').evaluate((el) => {
@@ -202,7 +205,7 @@ test('page: an undetermined bias shows its bounds, a verdict style of its own an
   const csv = await saved('#section-biases .exports button:has-text("CSV")');
   assert.ok(csv.includes(`layers.0.q_proj.bias,undetermined,${bounds.replace(' of ', '/')},undetermined,`), csv);
   // The sweep legend names it as undetermined.
-  assert.match(await page.locator('#section-sweep .u-legend').innerText(), /layers\.0\.q_proj\.bias \(undetermined\)/);
+  assert.match(await page.locator('#section-sweep .sweep-legend').innerText(), /layers\.0\.q_proj\.bias \(undetermined\)/);
   await page.locator('#section-biases').screenshot({ path: resolve(SHOTS, 'undetermined.png') });
   assert.deepEqual(problems, []);
   console.log(`undetermined row: ${bounds}; ${reason}`);
@@ -281,7 +284,7 @@ test('page: a good link to an invalid experiment opens it and names the problem'
   const hash = encode_link(schema, { layers: [{ type: 'attention', num_heads: 7 }] });
   const { page } = await open(server.url + hash);
   assert.equal(await page.isHidden('#link-notice'), true);
-  assert.match(await page.textContent('#message'), /layers\[0\]\.num_heads: 7 does not divide features 64/);
+  assert.match(await page.textContent('#message'), /layers\.0\.num_heads \(JSON path: layers\[0\]\.num_heads\): 7 does not divide features 64/);
   assert.equal(await page.inputValue('[data-path="layers[0].num_heads"]'), '7');
   assert.match(await page.textContent('.inline-error'), /does not divide/);
   await page.close();
@@ -360,11 +363,11 @@ test('page: tables export as Markdown and CSV, the report as JSON, the plot as P
     return { name: download.suggestedFilename(), text: await readFile(await download.path(), 'utf8') };
   };
   const md = await saved('#section-biases .exports button:has-text("Markdown")');
-  assert.equal(md.name, 'biaslab-biases.md');
+  assert.equal(md.name, 'biaslab-default-biases.md');
   assert.match(md.text, /^### Biases/);
   assert.match(md.text, /\| layers\.0\.body\.1\.k_proj\.bias \| redundant \| 64 of 64 \|/);
   const csv = await saved('#section-folds .exports button:has-text("CSV")');
-  assert.equal(csv.name, 'biaslab-folds.csv');
+  assert.equal(csv.name, 'biaslab-default-folds.csv');
   assert.match(csv.text, /^Rule,Formula,Where/);
   const json = await saved('#download-json');
   assert.equal(JSON.parse(json.text).ok, true);
@@ -381,8 +384,8 @@ test('page: the experiment downloads as a PyTorch script and its safetensors wei
   await page.click('#download-torch');
   await page.waitForFunction(() => document.querySelector('#download-torch') && !document.querySelector('#download-torch').disabled);
   for (let i = 0; i < 50 && Object.keys(files).length < 2; ++i) await page.waitForTimeout(100);
-  const script = files['biaslab-experiment.py'];
-  const weights = files['biaslab-experiment.safetensors'];
+  const script = files['biaslab-default.py'];
+  const weights = files['biaslab-default.safetensors'];
   assert.ok(script, 'the script was downloaded');
   assert.ok(weights, 'the weights were downloaded');
   assert.match(script.toString('utf8'), /^#!\/usr\/bin\/env python3/);

@@ -55,12 +55,15 @@ const cell = (table, row, key) => {
   return { text: col.text(table.rows[row]), value: (col.value ?? col.text)(table.rows[row]) };
 };
 
+// The row explains its bounds in words too (issue 12).
+const BOUNDS = 'Bounds: at least 0 and at most 32 of the 96 directions are redundant: the rank found, 64, is a lower bound on the true rank';
+
 test('undetermined: the table model gives bounds, the verdict and the reason', () => {
   const t = bias_table(report);
   assert.equal(cell(t, 0, 'redundant').text, '0-32 of 96');
   assert.equal(cell(t, 0, 'redundant').value, '0-32/96');
   assert.equal(cell(t, 0, 'verdict').text, 'undetermined');
-  assert.equal(cell(t, 0, 'why').text, `the structural analysis stopped at a limit. Undetermined: ${REASON}`);
+  assert.equal(cell(t, 0, 'why').text, `the structural analysis stopped at a limit. Undetermined: ${REASON}. ${BOUNDS}`);
   assert.equal(cell(t, 0, 'max_abs_delta').text, '0.731', 'the measured perturbation is still shown');
   assert.equal(cell(t, 1, 'redundant').text, '96 of 96');
   assert.equal(cell(t, 1, 'verdict').text, 'redundant');
@@ -86,7 +89,7 @@ test('undetermined: the Markdown export shows the bounds and the reason in its r
   const q = md.split('\n').find((l) => l.startsWith('| layers.0.q_proj.bias '));
   assert.equal(
     q,
-    `| layers.0.q_proj.bias | undetermined | 0-32 of 96 | undetermined | 0.731 | 3.1e-15 | 2.4e14x floor | the structural analysis stopped at a limit. Undetermined: ${REASON} | — |`,
+    `| layers.0.q_proj.bias | undetermined | 0-32 of 96 | undetermined | 0.731 | 3.1e-15 | 2.4e14x floor | the structural analysis stopped at a limit. Undetermined: ${REASON}. ${BOUNDS} | — |`,
   );
   assert.match(md, /\| layers\.0\.k_proj\.bias \| redundant \| 96 of 96 \|/);
   assert.doesNotMatch(md, /null of 96|undefined/);
@@ -96,7 +99,7 @@ test('undetermined: the CSV export keeps the bounds and the reason, and the raw 
   const csv = to_csv(bias_table(report));
   const lines = csv.split('\r\n');
   assert.equal(lines[0], 'Bias,Verdict,Redundant,Directions,max |Δ out|,Noise floor,Δ vs floor,Why,Absorbed by');
-  assert.equal(lines[1], `layers.0.q_proj.bias,undetermined,0-32/96,undetermined,0.731,3.1e-15,${0.731 / 3.1e-15},"the structural analysis stopped at a limit. Undetermined: ${REASON}",`);
+  assert.equal(lines[1], `layers.0.q_proj.bias,undetermined,0-32/96,undetermined,0.731,3.1e-15,${0.731 / 3.1e-15},"the structural analysis stopped at a limit. Undetermined: ${REASON}. ${BOUNDS}",`);
   assert.match(lines[2], /^layers\.0\.k_proj\.bias,redundant,96\/96,all,/);
 });
 
