@@ -2,8 +2,9 @@
 // the folds and the minimal model (analysis_folds.cpp), the invariance probes
 // (analysis_invariances.cpp) and the sweep (analysis_sweep.cpp). They share one Context: the
 // compiled model, the evaluator of the analysed input, the structural solver, and what the bias
-// analysis leaves for the others (structures, directions and the runs already made). Internal
-// to the core; analyze.cpp builds the report from their results.
+// analysis leaves for the others (structures, directions and the runs already made). Each
+// returns typed results; report.cpp alone turns them into the report's JSON. Internal to the
+// core.
 #pragma once
 
 #include <cmath>
@@ -13,6 +14,7 @@
 #include <vector>
 
 #include "core/analyze.hpp"
+#include "core/folds.hpp"
 #include "core/measure.hpp"
 #include "core/model.hpp"
 #include "core/structure.hpp"
@@ -67,7 +69,6 @@ struct Context {
   // was made). The sweep's size-1 points are these very runs.
   std::vector<Eval> unit_runs;
   std::vector<std::optional<Eval>> null_runs;
-  json solve_ms = json::object();  // wall time of each bias's structural solve (timing only)
 
   void step(const std::string& label, double f) {
     if (opt.cancelled && opt.cancelled()) throw Cancelled{};
@@ -75,15 +76,99 @@ struct Context {
   }
 };
 
-// Per bias: the row of the report (verdict, measured change, structure), in bias order. Leaves
-// c.structures, c.directions, c.unit_runs and c.null_runs for the sweep.
-json analyse_biases(Context& c);
-// Every fold candidate applied and measured; an exact fold records in the rows of `biases` where
-// it moves each bias (absorbed_by, absorbed_into, folds).
-json analyse_folds(Context& c, json& biases);
-// The smallest equivalent model: folds of the minimal set applied until none removes parameters.
-json minimal_model(Context& c);
-json analyse_invariances(Context& c);
-json analyse_sweep(Context& c);
+// One bias: its measured verdict beside its structure (c.structures[i], same order). The
+// report's row is built from it in report.cpp.
+struct BiasResult {
+  std::string param;
+  int size = 0;
+  std::string verdict;                  // redundant | partly_redundant | effective | undetermined
+  Delta full;                           // the random move of RMS 1 per entry
+  std::optional<Delta> redundant_part;  // the move inside the null space, when one was made
+  std::string note;                     // why the verdict disagrees with the structure, if it does
+  std::string why, directions;          // the explanation and the named null subspace
+  std::string jacobian_at;              // where the structure took the Jacobian
+  double solve_ms = 0;                  // wall time of the structural solve (timing only)
+};
+
+// One fold candidate applied to a copy and measured.
+struct FoldResult {
+  FoldCandidate candidate;
+  FoldApplied applied;
+  Delta delta;
+  long params_removed = 0;
+  bool exact() const { return delta.finite && !delta.above_floor(); }
+};
+
+// The smallest equivalent model: the folds of the minimal set, applied until none removes a
+// parameter, and the folded model measured.
+struct MinimalModel {
+  struct Step {
+    std::string rule;
+    std::vector<std::string> layers;
+    long params_removed = 0;
+  };
+  long params_before = 0, params_after = 0;
+  std::vector<Step> steps;
+  Delta delta;
+  ExperimentConfig config;
+};
+
+// One invariance probe on one op (or the whole model) and its actual input.
+struct Probe {
+  std::string probe, layer, transform, expected, note;
+  Delta delta;
+};
+
+// The change of the output against the size of each bias's move; NaN where there is no number
+// (a non-finite output, or a floor not measured beyond kSweepFar x the model's own floor).
+struct SweepSeries {
+  std::string param;
+  std::vector<double> delta, floor;
+  bool has_redundant = false;  // the same along the null space (0 < k < n)
+  std::vector<double> delta_redundant, floor_redundant;
+};
+struct Sweep {
+  std::vector<double> sizes;
+  std::vector<SweepSeries> series;
+};
+// Sweep points beyond this multiple of the unperturbed floor skip the floor's measurement (the
+// report's noise_floor_note says the same number).
+constexpr double kSweepFar = 1e6;
+
+// Per bias, in bias order. Leaves c.structures, c.directions, c.unit_runs and c.null_runs for
+// the sweep.
+std::vector<BiasResult> analyse_biases(Context& c);
+std::vector<FoldResult> analyse_folds(Context& c);
+MinimalModel minimal_model(Context& c);
+std::vector<Probe> analyse_invariances(Context& c);
+Sweep analyse_sweep(Context& c);
+
+// The structural analysis holds one Jacobian per input: size x (batch*tokens) x width entries
+// at most (fewer when it is sparse). analyze() refuses up front what would not fit, naming the
+// layer.
+constexpr double kMaxJacobianEntries = 64.0 * 1024 * 1024;
+// Estimated floating-point work of the structural analysis, over a typical 3 inputs per bias
+// (refused up front above this); a bias whose rank needs more inputs has a budget of its own
+// at run time (StructureOptions::max_flops) and says so in its row when it runs out.
+constexpr double kMaxStructuralFlops = 2e11;  // about 40 s natively, 2 min in wasm
+double structural_flops(const Model& m, const ModelParam& p);
+
+// Everything the analyses found; the parts the options turned off are empty.
+struct Results {
+  std::vector<BiasResult> biases;
+  std::vector<FoldResult> folds;
+  std::optional<MinimalModel> minimal;
+  std::optional<std::vector<Probe>> invariances;
+  std::optional<Sweep> sweep;
+};
+
+// The report (report.cpp, the only place that writes its JSON), and its parts.
+json report_json(const Context& c, const Results& r, json timing_ms);
+json bias_rows_json(const Context& c, const std::vector<BiasResult>& biases, const std::vector<FoldResult>& folds);
+json fold_rows_json(const std::vector<FoldResult>& folds);
+json minimal_model_json(const MinimalModel& mm);
+json invariances_json(const std::vector<Probe>& probes);
+json sweep_json(const Sweep& sweep);
+json error_json(const Error& e);
 
 }  // namespace biaslab::analysis

@@ -164,8 +164,8 @@ BIASLAB_COLD void snap_null_basis(const Model& m, const ModelParam& p, Structure
 
 }  // namespace
 
-BIASLAB_COLD json analyse_biases(Context& c) {
-  json rows = json::array();
+BIASLAB_COLD std::vector<BiasResult> analyse_biases(Context& c) {
+  std::vector<BiasResult> out;
   const int nb = static_cast<int>(c.bias_params.size());
   for (int bi = 0; bi < nb; ++bi) {
     const int pi = c.bias_params[bi];
@@ -173,27 +173,27 @@ BIASLAB_COLD json analyse_biases(Context& c) {
     c.step("structure of " + p.name, 0.05 + 0.6 * bi / std::max(1, nb));
     const auto t_solve = std::chrono::steady_clock::now();
     Structure st = c.solver->solve(pi, c.opt.cancelled);
-    const double solve_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t_solve).count();
+    BiasResult r;
+    r.solve_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t_solve).count();
     if (c.opt.cancelled && c.opt.cancelled()) throw Cancelled{};
     snap_null_basis(c.model, p, st);
     const int n = st.size, k = st.redundant_dim;
+    r.param = p.name;
+    r.size = n;
     const Vec u = unit_rms_direction(c.cfg.seed, "perturb." + p.name, n);
     c.directions.push_back(u);
 
     const Mat value = p.value + Mat(u);
     c.unit_runs.push_back(c.ev->run(pi, &value));
     c.null_runs.emplace_back();
-    const Delta full = Evaluator::compare(c.ev->base(), c.unit_runs.back());
-    json row = {{"param", p.name}, {"size", n}};
+    r.full = Evaluator::compare(c.ev->base(), c.unit_runs.back());
     // Measured verdict: a random full-size perturbation below the floor changes nothing; else
     // the structural null space is probed on its own. Without a structural answer there is no
     // verdict: the measured change is still reported.
-    std::string verdict;
-    json parts = json::object();
     if (!st.determined) {
-      verdict = "undetermined";
-    } else if (!full.above_floor()) {
-      verdict = "redundant";
+      r.verdict = "undetermined";
+    } else if (!r.full.above_floor()) {
+      r.verdict = "redundant";
     } else if (k > 0 && k < n) {
       Rng rng(c.cfg.seed, "null." + p.name);
       Vec g(k);
@@ -209,22 +209,21 @@ BIASLAB_COLD json analyse_biases(Context& c) {
       // The two moves differ only in sign, so their rounding is the same quantity measured twice:
       // both take the larger measurement (one float32/float64 pair can come out unluckily small).
       dp.floor = dm.floor = std::max(dp.floor, dm.floor);
-      const Delta& dn = dp.above_floor() || !dm.above_floor() ? dp : dm;
-      parts["redundant_part"] = delta_json(dn);
-      verdict = dp.above_floor() || dm.above_floor() ? "effective" : "partly_redundant";
+      r.redundant_part = dp.above_floor() || !dm.above_floor() ? dp : dm;
+      r.verdict = dp.above_floor() || dm.above_floor() ? "effective" : "partly_redundant";
     } else {
-      verdict = "effective";
+      r.verdict = "effective";
     }
     // Where a ReLU decided the stopping rule, null directions that a finite move shows to act are
-    // no longer certain at first order either: inputs the sample did not reach (a thin region of activation
-    // patterns, e.g. two units whose half-spaces nearly coincide) may act along them. The rank
-    // found is certain, the rest is not: only the bounds hold.
-    if (st.determined && st.stop == StopRule::no_gain_kinked && k > 0 && verdict == "effective") {
-      const json& moved = k < n ? parts["redundant_part"] : delta_json(full);
+    // no longer certain at first order either: inputs the sample did not reach (a thin region of
+    // activation patterns, e.g. two units whose half-spaces nearly coincide) may act along them.
+    // The rank found is certain, the rest is not: only the bounds hold.
+    if (st.determined && st.stop == StopRule::no_gain_kinked && k > 0 && r.verdict == "effective") {
+      const Delta& moved = k < n ? *r.redundant_part : r.full;
       char buf[160];
       std::snprintf(buf, sizeof buf, "max |delta| %.3g against a floor of %.3g",
-                    moved["max_abs_delta"].is_number() ? moved["max_abs_delta"].get<double>() : INFINITY,
-                    moved["noise_floor"].get<double>());
+                    moved.finite && std::isfinite(moved.max_abs) ? moved.max_abs : INFINITY,
+                    std::isfinite(moved.floor) ? moved.floor : NAN);
       st.determined = false;
       st.redundant_dim_min = 0;
       st.redundant_dim_max = k;
@@ -233,69 +232,32 @@ BIASLAB_COLD json analyse_biases(Context& c) {
                      "); a ReLU lies on the way, so inputs the sample did not reach (a thin region of "
                      "activation patterns) may act along them: the rank found, " + std::to_string(n - k) + " of " +
                      std::to_string(n) + ", is certain, the rest is not";
-      verdict = "undetermined";
+      r.verdict = "undetermined";
     }
-    row["redundant_dim"] = st.determined ? json(k) : json(nullptr);
-    row["redundant_dim_min"] = st.redundant_dim_min;
-    row["redundant_dim_max"] = st.redundant_dim_max;
-    c.structures.push_back(st);
-    row["verdict"] = verdict;
-    row.update(delta_json(full));
-    row["perturbation_rms"] = 1.0;
-    if (!st.determined) {
-      row["consistent"] = nullptr;
-      row["undetermined_reason"] = st.stop_note;
-    } else {
-      const std::string expected = verdict_for(k, n);
-      row["consistent"] = verdict == expected;
-      if (verdict != expected) {
-        if (verdict == "effective")
-          row["note"] = "the " + std::to_string(k) + " null directions of the Jacobian (first order, at the sampled inputs) "
-                        "change the output under a finite perturbation: the redundancy is local only (for example "
-                        "a scale-invariant norm whose input a move of this size shrinks through zero)";
-        else
-          row["note"] = "on this input the perturbation's effect stays below the noise floor although, over " +
-                        std::to_string(st.samples) + " inputs, the structure finds " + std::to_string(n - k) +
-                        " effective directions: this input does not exercise them (inactive units, or an effect "
-                        "smaller than rounding)";
-      }
+    if (st.determined && r.verdict != verdict_for(k, n)) {
+      if (r.verdict == "effective")
+        r.note = "the " + std::to_string(k) + " null directions of the Jacobian (first order, at the sampled inputs) "
+                 "change the output under a finite perturbation: the redundancy is local only (for example "
+                 "a scale-invariant norm whose input a move of this size shrinks through zero)";
+      else
+        r.note = "on this input the perturbation's effect stays below the noise floor although, over " +
+                 std::to_string(st.samples) + " inputs, the structure finds " + std::to_string(n - k) +
+                 " effective directions: this input does not exercise them (inactive units, or an effect "
+                 "smaller than rounding)";
     }
-    const std::string dirs = st.determined ? describe_directions(c.model, p, st) : "undetermined";
+    r.directions = st.determined ? describe_directions(c.model, p, st) : "undetermined";
     // An undetermined row is explained by what could make its directions redundant (its upper bound).
-    row["why"] = explain(c.model, p, st.determined ? k : st.redundant_dim_max, n, dirs);
-    row["directions"] = dirs;
-    row["absorbed_by"] = nullptr;
-    if (!parts.empty()) row["parts"] = parts;
-    c.solve_ms[p.name] = solve_ms;
-    json structure = {{"samples", st.samples},        {"clusters", st.clusters},
-                      {"input_independent", st.input_independent},
-                      {"rank_history", st.rank_history},
-                      {"inputs_history", st.inputs_history},
-                      {"stop_rule", stop_rule_name(st.stop)},
-                      {"stop_note", st.stop_note},
-                      {"null_sigma_max", st.determined ? num(st.null_max) : json(nullptr)},
-                      {"kept_sigma_min", st.determined ? num(st.kept_min) : json(nullptr)},
-                      {"jacobian_at", st.cut < static_cast<int>(c.model.ops.size())
-                                          ? "input of " + c.model.ops[st.cut].layer + (c.model.ops[st.cut].kind == OpKind::linear && c.model.ops[st.cut].layer == c.model.ops[p.op].layer ? " o_proj" : "")
-                                          : "output"}};
-    if (st.kinked) {
-      structure["final_run"] = st.final_run;
-      structure["inactive_units"] = st.inactive_units;
-      structure["rarest_unit_rate"] = num(st.rarest_unit_rate);
-    }
-    row["structure"] = structure;
-    if (st.determined && k > 0 && k < n && k <= 4) {
-      json basis = json::array();
-      for (int j = 0; j < k; ++j) {
-        json v = json::array();
-        for (int i = 0; i < n; ++i) v.push_back(st.null_basis(i, j));
-        basis.push_back(v);
-      }
-      row["null_basis"] = basis;
-    }
-    rows.push_back(row);
+    r.why = explain(c.model, p, st.determined ? k : st.redundant_dim_max, n, r.directions);
+    r.jacobian_at = st.cut < static_cast<int>(c.model.ops.size())
+                        ? "input of " + c.model.ops[st.cut].layer +
+                              (c.model.ops[st.cut].kind == OpKind::linear && c.model.ops[st.cut].layer == c.model.ops[p.op].layer
+                                   ? " o_proj"
+                                   : "")
+                        : "output";
+    c.structures.push_back(std::move(st));
+    out.push_back(std::move(r));
   }
-  return rows;
+  return out;
 }
 
 }  // namespace biaslab::analysis

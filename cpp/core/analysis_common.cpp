@@ -58,4 +58,6 @@ std::string json_path(const std::string& dotted) {
   return out;
 }
 
+double structural_flops(const Model& m, const ModelParam& p) { return 3.0 * structural_flops_per_input(m, p); }
+
 }  // namespace biaslab::analysis

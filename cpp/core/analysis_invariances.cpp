@@ -10,24 +10,6 @@
 namespace biaslab::analysis {
 namespace {
 
-// Invariance probes, each on one op and its actual input, run in both precisions.
-struct Probe {
-  std::string probe, layer, transform, expected, note;
-  Delta delta;
-};
-
-BIASLAB_COLD json probe_json(const Probe& p) {
-  const bool holds = p.delta.finite && !p.delta.above_floor();
-  // "invariant"/"equivariant" are laws and must hold; "changes" means no law applies, and the
-  // probe shows the change (a degenerate input, e.g. all zeros, may still leave it unchanged).
-  const bool law = p.expected != "changes";
-  json j = {{"probe", p.probe}, {"layer", p.layer}, {"transform", p.transform},
-            {"expected", p.expected}, {"law", law}, {"holds", holds}, {"agrees", holds == law}};
-  j.update(delta_json(p.delta));
-  if (!p.note.empty()) j["note"] = p.note;
-  return j;
-}
-
 template <class S>
 MatT<S> permute_tokens(const MatT<S>& x, const std::vector<int>& perm, int batch) {
   const int T = static_cast<int>(perm.size());
@@ -39,7 +21,7 @@ MatT<S> permute_tokens(const MatT<S>& x, const std::vector<int>& perm, int batch
 
 }  // namespace
 
-BIASLAB_COLD json analyse_invariances(Context& c) {
+BIASLAB_COLD std::vector<Probe> analyse_invariances(Context& c) {
   c.step("invariances", 0.8);
   const Model& m = c.model;
   const int B = m.batch, T = m.tokens;
@@ -150,9 +132,7 @@ BIASLAB_COLD json analyse_invariances(Context& c) {
                       positional ? "a causal mask or RoPE gives tokens positions" : "",
                       Evaluator::compare(base_p, out)});
   }
-  json rows = json::array();
-  for (const auto& p : probes) rows.push_back(probe_json(p));
-  return rows;
+  return probes;
 }
 
 }  // namespace biaslab::analysis
