@@ -3,7 +3,8 @@
 #   scripts/install-deps.sh [native] [web] [torch] [fuzz]    (no argument: all four)
 #   native: compiler, CMake, Eigen, doctest, nlohmann-json   (the core, CLI and C++ tests)
 #   web:    Emscripten, Node.js + npm, Chromium             (the wasm module, the page, its tests)
-#   torch:  PyTorch and NumPy                              (the parity suite against torch)
+#   torch:  PyTorch, NumPy and pyflakes3                   (the parity suite against torch, the
+#                                                          exported script's Python: tests and lint)
 #   fuzz:   clang 14 and its runtime (libFuzzer, ASan, UBSan)  (scripts/fuzz.sh, fuzz/)
 set -euo pipefail
 
@@ -20,7 +21,7 @@ for g in "${groups[@]}"; do
       command -v node >/dev/null || want+=(nodejs)
       command -v npm >/dev/null || want+=(npm)
       ;;
-    torch) want+=(python3-torch python3-numpy) ;;
+    torch) want+=(python3-torch python3-numpy pyflakes3) ;;
     fuzz) want+=(clang-14 libclang-rt-14-dev cmake make libeigen3-dev nlohmann-json3-dev) ;;
     *) echo "unknown group '$g' (native, web, torch, fuzz)" >&2; exit 2 ;;
   esac

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# All tests: install what is missing, build, then run the C++ suites and CLI checks (ctest),
-# the Node tests of the wasm module and the browser tests in headless Chromium (web/: npm test),
+# All tests: install what is missing, build, then run the C++ suites, the CLI checks, the torch
+# suites and the Python lint (ctest), the Node tests of the wasm module and the browser tests in
+# headless Chromium (web/: npm test),
 # then a short fuzzing run of the core (scripts/fuzz.sh: 20 s per target, fails on any finding).
 set -euo pipefail
 cd "$(dirname "$0")/.."

@@ -743,7 +743,7 @@ def main():
 
     try:
         import_torch()
-        import numpy  # noqa: F401  (the exported scripts need it)
+        importlib.import_module("numpy")  # the exported scripts need it
     except Exception as e:
         print(f"skipped: {sys.executable} cannot import torch and numpy ({e}); Debian: apt-get install python3-torch")
         return 77

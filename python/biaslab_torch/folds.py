@@ -1,0 +1,137 @@
+"""Fold helpers: each rewrites a float64 model in place at (seq, i), as the engine's fold rule of the
+same name does (cpp/core/folds.cpp). The exporter emits, after the "Exact folds" banner, only the
+helpers of the rules that apply to the config, and lists them in FOLDS.
+"""
+from .head import torch, nn
+from .layers import RMSNorm
+
+# @export fold_common
+
+def set_bias(linear, value):
+    """Gives `linear` the bias `value` (creating the parameter when it had none)."""
+    linear.bias = nn.Parameter(value.detach().clone())
+
+
+def bias_or_zero(linear):
+    return linear.bias if linear.bias is not None else torch.zeros(linear.out_features, dtype=linear.weight.dtype)
+# @export feeder
+
+
+def feeder(seq, i):
+    """The module whose bias is added last before seq[i + 1]: a Linear, an attention's o_proj, a
+    norm's shift, or (through a residual add, which passes it on) the last layer of a body."""
+    layer = seq[i]
+    if hasattr(layer, "body"):  # a Residual
+        return feeder(layer.body, len(layer.body) - 1)
+    return getattr(layer, "o_proj", layer)  # an attention's last bias is its output projection's
+# @export fold_norm_affine
+
+
+def fold_norm_affine(seq, i):
+    """Norm(x; g, b) -> Linear(W, c)  ==  Norm(x) -> Linear(W diag(g), W b + c); for an attention
+    after the norm, into each of q/k/v_proj (TransformerLens fold_ln)."""
+    norm, after = seq[i], seq[i + 1]
+    projections = [after] if isinstance(after, nn.Linear) else [after.q_proj, after.k_proj, after.v_proj]
+    gain, shift = norm.weight, getattr(norm, "bias", None)
+    for proj in projections:
+        W = proj.weight.clone()
+        proj.weight.copy_(W * gain)
+        if shift is not None:
+            set_bias(proj, W @ shift + bias_or_zero(proj))
+    norm.weight = None
+    if shift is not None:
+        norm.bias = None
+# @export batchnorm_eval
+
+
+def batch_norm_eval_scale_shift(bn):
+    """BatchNorm (eval) as z -> s z + t."""
+    gain = bn.weight if bn.weight is not None else torch.ones_like(bn.running_mean)
+    shift = bn.bias if bn.bias is not None else torch.zeros_like(bn.running_mean)
+    s = gain / torch.sqrt(bn.running_var + bn.eps)
+    return s, shift - s * bn.running_mean
+# @export fuse_linear_batchnorm_eval
+
+
+def fuse_linear_batchnorm_eval(seq, i):
+    """Linear(W, b) -> BatchNorm(eval)  ==  Linear(diag(s) W, s b + t) (torch's fuse_linear_bn_eval)."""
+    linear, bn = seq[i], seq[i + 1]
+    s, t = batch_norm_eval_scale_shift(bn)
+    b = bias_or_zero(linear)
+    linear.weight.copy_(s[:, None] * linear.weight)
+    set_bias(linear, s * b + t)
+    del seq[i + 1]
+# @export fuse_batchnorm_eval_linear
+
+
+def fuse_batchnorm_eval_linear(seq, i):
+    """BatchNorm(eval) -> Linear(W, b)  ==  Linear(W diag(s), W t + b)."""
+    bn, linear = seq[i], seq[i + 1]
+    s, t = batch_norm_eval_scale_shift(bn)
+    W = linear.weight.clone()
+    set_bias(linear, W @ t + bias_or_zero(linear))
+    linear.weight.copy_(W * s)
+    del seq[i]
+# @export drop_key_bias
+
+
+def drop_key_bias(seq, i):
+    """softmax_j(q_i . (k_j + b_K)) = softmax_j(q_i . k_j): q_i . b_K is the same for every key j."""
+    seq[i].k_proj.bias = None
+# @export fold_value_bias
+
+
+def fold_value_bias(seq, i):
+    """Softmax rows sum to 1, so the value bias adds W_O b_V to every token: b_O' = b_O + W_O b_V."""
+    attention = seq[i]
+    o = attention.o_proj
+    set_bias(o, o.weight @ attention.v_proj.bias + bias_or_zero(o))
+    attention.v_proj.bias = None
+# @export drop_bias_before_norm
+
+
+def drop_bias_before_norm(seq, i):
+    """BatchNorm (train) and InstanceNorm subtract every feature's mean: the bias before them cancels."""
+    module = feeder(seq, i)
+    if isinstance(module, (nn.Linear, nn.LayerNorm)):
+        module.bias = None
+    else:  # a BatchNorm/GroupNorm/InstanceNorm shift is tied to its gain by affine=True
+        module.bias.zero_()
+# @export centre_bias_before_norm
+
+
+def centre_bias_before_norm(seq, i, groups):
+    """LayerNorm and softmax cancel a bias's mean, GroupNorm each group's mean: remove them."""
+    bias = feeder(seq, i).bias
+    grouped = bias.view(groups, -1)
+    bias.copy_((grouped - grouped.mean(dim=1, keepdim=True)).reshape(-1))
+# @export merge_linear_linear
+
+
+def merge_linear_linear(seq, i):
+    """W2 (W1 x + b1) + b2 = (W2 W1) x + (W2 b1 + b2)."""
+    a, b = seq[i], seq[i + 1]
+    has_bias = a.bias is not None or b.bias is not None
+    merged = nn.Linear(a.in_features, b.out_features, bias=has_bias, dtype=a.weight.dtype)
+    merged.weight.copy_(b.weight @ a.weight)
+    if has_bias:
+        merged.bias.copy_(b.weight @ bias_or_zero(a) + bias_or_zero(b))
+    seq[i] = merged
+    del seq[i + 1]
+# @export layernorm_to_rmsnorm
+
+
+def layernorm_to_rmsnorm(seq, i):
+    """LN(W x + b) = RMS(C W x + C b) with C = I - 11^T/n, for a LayerNorm without shift: once the
+    writer's output rows are centred the LayerNorm subtracts nothing (TransformerLens
+    center_writing_weights; Jiang et al. 2023)."""
+    writer = getattr(seq[i], "o_proj", seq[i])  # a Linear, or an attention's output projection
+    writer.weight.sub_(writer.weight.mean(dim=0, keepdim=True))
+    if writer.bias is not None:
+        writer.bias.sub_(writer.bias.mean())
+    ln = seq[i + 1]
+    rms = RMSNorm(ln.normalized_shape[0], eps=ln.eps, elementwise_affine=ln.weight is not None)
+    rms = rms.to(writer.weight.dtype)
+    if ln.weight is not None:
+        rms.weight.copy_(ln.weight)
+    seq[i + 1] = rms

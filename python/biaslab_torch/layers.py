@@ -1,0 +1,147 @@
+"""The layer classes of the exported script: torch.nn modules where torch has one, these where it
+has not (or where activations must be transposed). The exporter emits only the sections a config
+uses, each after the "# Layers" banner, in this order.
+"""
+from .head import math, nn, torch
+
+# @export attention
+
+
+def rope_cos_sin(tokens, head_dim, dtype):
+    """RoPE tables (T, d), base 10000, position = token index; feature i and i + d/2 share an angle."""
+    inv_freq = 1.0 / (10000.0 ** (torch.arange(0, head_dim, 2, dtype=torch.float64) / head_dim))
+    freqs = torch.outer(torch.arange(tokens, dtype=torch.float64), inv_freq)  # (T, d/2)
+    emb = torch.cat((freqs, freqs), dim=-1)  # (T, d)
+    return emb.cos().to(dtype), emb.sin().to(dtype)
+
+
+def rotate_half(x):
+    """(x1, x2) -> (-x2, x1) on the two halves of the last dimension."""
+    half = x.shape[-1] // 2
+    return torch.cat((-x[..., half:], x[..., :half]), dim=-1)
+
+
+class Attention(nn.Module):
+    """Multi-head self-attention as Hugging Face models write it: q/k/v/o_proj Linear modules,
+    RoPE on q and k after their projections, scores / sqrt(head_dim), optional causal mask."""
+
+    def __init__(self, hidden_size, num_heads, q_bias=True, k_bias=True, v_bias=True, o_bias=True,
+                 causal=False, rope=False):
+        super().__init__()
+        self.num_heads = num_heads
+        self.head_dim = hidden_size // num_heads
+        self.causal = causal
+        self.rope = rope
+        self.q_proj = nn.Linear(hidden_size, hidden_size, bias=q_bias)
+        self.k_proj = nn.Linear(hidden_size, hidden_size, bias=k_bias)
+        self.v_proj = nn.Linear(hidden_size, hidden_size, bias=v_bias)
+        self.o_proj = nn.Linear(hidden_size, hidden_size, bias=o_bias)
+
+    def forward(self, x):  # x: (B, T, F)
+        B, T, F = x.shape
+        heads = (B, T, self.num_heads, self.head_dim)
+        q = self.q_proj(x).view(heads).transpose(1, 2)  # (B, H, T, d)
+        k = self.k_proj(x).view(heads).transpose(1, 2)
+        v = self.v_proj(x).view(heads).transpose(1, 2)
+        if self.rope:
+            cos, sin = rope_cos_sin(T, self.head_dim, x.dtype)
+            q = q * cos + rotate_half(q) * sin
+            k = k * cos + rotate_half(k) * sin
+        scores = torch.matmul(q, k.transpose(2, 3)) / math.sqrt(self.head_dim)  # (B, H, T, T)
+        if self.causal:
+            future = torch.ones(T, T, dtype=torch.bool).triu(1)
+            scores = scores.masked_fill(future, float("-inf"))
+        probs = torch.softmax(scores, dim=-1)
+        context = torch.matmul(probs, v).transpose(1, 2).reshape(B, T, F)
+        return self.o_proj(context)
+# @export rmsnorm
+
+
+class RMSNorm(nn.Module):
+    """x / sqrt(mean(x^2) + eps) over the features of each token, then an optional gain."""
+
+    def __init__(self, hidden_size, eps=1e-6, elementwise_affine=True):
+        super().__init__()
+        self.eps = eps
+        if elementwise_affine:
+            self.weight = nn.Parameter(torch.ones(hidden_size))
+        else:
+            self.register_parameter("weight", None)
+
+    def forward(self, x):  # x: (B, T, F)
+        x = x / torch.sqrt(x.pow(2).mean(-1, keepdim=True) + self.eps)
+        return x * self.weight if self.weight is not None else x
+# @export layer_norm_without_bias
+
+
+def layer_norm_without_bias(features, eps):
+    """nn.LayerNorm with a gain but no shift (torch >= 2.1 spells it bias=False; 1.13 has no
+    such argument, and F.layer_norm accepts a missing bias)."""
+    norm = nn.LayerNorm(features, eps=eps)
+    norm.register_parameter("bias", None)
+    return norm
+# @export features_last
+
+
+class FeaturesLast:
+    """BatchNorm1d, InstanceNorm1d and GroupNorm take (N, C, L); activations here are
+    (batch, tokens, features), so they are transposed in and out."""
+
+    def forward(self, x):
+        return super().forward(x.transpose(1, 2)).transpose(1, 2)
+# @export batchnorm_class
+
+
+class BatchNorm1d(FeaturesLast, nn.BatchNorm1d):
+    pass
+# @export batch_norm
+
+
+def batch_norm(features, eps, affine, mode):
+    """nn.BatchNorm1d in `mode`: "train" normalises with the batch statistics, "eval" with
+    running_mean and running_var. Those stay buffers no forward updates (they are part of the
+    experiment in both modes): with track_running_stats off, train mode uses batch statistics
+    without touching them and eval mode still uses them."""
+    norm = BatchNorm1d(features, eps=eps, affine=affine)
+    norm.track_running_stats = False
+    del norm.num_batches_tracked  # a counter, not part of the experiment
+    return norm.train(mode == "train")
+# @export groupnorm
+
+
+class GroupNorm(FeaturesLast, nn.GroupNorm):
+    pass
+# @export instancenorm
+
+
+class InstanceNorm1d(FeaturesLast, nn.InstanceNorm1d):
+    pass
+# @export residual
+
+
+class Residual(nn.Module):
+    """x + body(x)."""
+
+    def __init__(self, body):
+        super().__init__()
+        self.body = nn.ModuleList(body)
+
+    def forward(self, x):
+        h = x
+        for layer in self.body:
+            h = layer(h)
+        return x + h
+# @export net
+
+
+class Net(nn.Module):
+    """The layer stack; parameter names are biaslab's (layers.0.body.1.k_proj.bias)."""
+
+    def __init__(self, layers):
+        super().__init__()
+        self.layers = nn.ModuleList(layers)
+
+    def forward(self, x):  # (B, T, F) -> (B, T, F_out)
+        for layer in self.layers:
+            x = layer(x)
+        return x
