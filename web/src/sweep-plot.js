@@ -57,9 +57,15 @@ export function sweep_series(report, { only = null } = {}) {
     }
     return m;
   });
-  data.push(floor);
-  series.push({ label: 'noise floor', group: 'floor', stroke: 'FLOOR', dash: FLOOR_DASH, width: 2, points: { show: false } });
-  return { data, series };
+  // No floor measured at any size (every change was more than a million times it): no line,
+  // rather than a legend entry for a line that is not there.
+  if (floor.some((f) => f !== null)) {
+    data.push(floor);
+    // A floor measured at one size only is a point: drawn as one (a line needs two).
+    const isolated = floor.some((f, j) => f !== null && floor[j - 1] == null && floor[j + 1] == null);
+    series.push({ label: 'noise floor', group: 'floor', stroke: 'FLOOR', dash: FLOOR_DASH, width: 2, points: { show: isolated, size: 6 } });
+  }
+  return { data, series, floor: floor.some((f) => f !== null) };
 }
 
 // Ticks, grid lines and labels at whole decades only, thinned to every k-th decade so that
@@ -107,10 +113,10 @@ export function render_sweep(root, report, { only = null } = {}) {
   const spec = sweep_series(report, { only });
   if (!spec) return null;
   const fg = css('--fg'), grid = css('--grid'), muted = css('--muted');
-  const series = spec.series.map((s) => (s.stroke === 'FLOOR' ? { ...s, stroke: muted } : s));
+  const series = spec.series.map((s) => (s.stroke === 'FLOOR' ? { ...s, stroke: muted, points: { ...s.points, fill: muted } } : s));
   const canvas_box = h('div', { class: 'plot-canvas', role: 'img', 'aria-label': 'Log-log plot of max |Δ output| against perturbation size, one line per bias, with the noise floor' });
   const legend = h('ul', { class: 'sweep-legend', 'aria-label': 'Curves (a button hides or shows its curve)' });
-  clear(root, canvas_box, legend, only ? null : h('p', { class: 'caption sweep-hint' }, 'Click a legend entry to hide or show its curves (again to bring them back); hover over one, or near a curve in the plot, to highlight it. Dotted lines move each bias only inside its redundant directions.'));
+  clear(root, canvas_box, legend, spec.floor ? null : h('p', { class: 'caption' }, 'No noise floor is drawn: at every size the change is more than a million times the floor, where it is not measured.'), only ? null : h('p', { class: 'caption sweep-hint' }, 'Click a legend entry to hide or show its curves (again to bring them back); hover over one, or near a curve in the plot, to highlight it. Dotted lines move each bias only inside its redundant directions.'));
 
   // uPlot series index -> legend entry; the group entry covers every redundant-part series.
   const entries = new Map();

@@ -32,6 +32,11 @@ test('detail: a bias row opens a panel with its reason, rank history, singular v
   const curves = await panel.locator('.plot-canvas').evaluate((el) => el.uplot.series.slice(1).map((s) => [s.label, s._stroke]));
   const main = await page.locator('#section-sweep .plot-canvas').evaluate((el) => el.uplot.series.slice(1).map((s) => [s.label, s._stroke]));
   assert.deepEqual(curves.map((c) => c[0]), ['layers.0.q_proj.bias', 'noise floor']);
+  // Its floor was measured at the smallest size only: drawn as a point.
+  assert.equal(await panel.locator('.plot-canvas').evaluate((el) => {
+    const show = el.uplot.series[2].points.show;
+    return typeof show === 'function' ? show(el.uplot, 2) : show;
+  }), true);
   assert.equal(curves[0][1], main.find((c) => c[0] === 'layers.0.q_proj.bias')[1]);
   assert.deepEqual(await bias_names(page), names, 'the bias column still lists only the biases');
   await page.locator('#section-biases').screenshot({ path: resolve(SHOTS, 'bias-detail.png') });
