@@ -22,7 +22,7 @@ export function render_bias_detail(root, report, row) {
   const ranks = st.rank_history ?? [], inputs = st.inputs_history ?? [];
   const sigma = [];
   if (st.kept_sigma_min > 0) sigma.push(`smallest kept singular value ${fmt_num(st.kept_sigma_min)}`);
-  if (typeof st.null_sigma_max === 'number' && redundant_dims(row) !== '0') sigma.push(`largest null one ${fmt_num(st.null_sigma_max)}`);
+  if (typeof st.null_sigma_max === 'number' && redundant_dims(row) !== '0') sigma.push(`largest null ${sigma.length ? 'one' : 'singular value'} ${fmt_num(st.null_sigma_max)}`);
   if (st.kept_sigma_min > 0 && st.null_sigma_max > 0) sigma.push(`a gap of ${fmt_num(st.kept_sigma_min / st.null_sigma_max)}x`);
   const plot = h('div', { class: 'plot detail-plot' });
   root.replaceChildren(
