@@ -32,6 +32,8 @@ function walk(dir) {
 export function kind(file) {
   // The PyTorch export's module: fetched when the user asks for an export, never on load.
   if (/biaslab-export[^/]*\.(wasm|js)$/.test(file)) return 'on demand';
+  // A bias row's detail panel: fetched when a row is first opened.
+  if (/bias-detail[^/]*\.js$/.test(file)) return 'on demand';
   if (/\.wasm$/.test(file)) return 'wasm';
   if (/biaslab-[^/]*\.js$|\/biaslab\.js$/.test(file)) return 'loader';
   if (/\.m?js$/.test(file)) return 'js';
@@ -57,7 +59,10 @@ export function size_markdown(rows) {
   out.push(line('**wasm + JS** (engine, loader, page scripts)', sum(rows.filter((r) => ['wasm', 'loader', 'js'].includes(kind(r.file))))));
   out.push(line('**total of a load** (all but the on-demand files)', sum(rows.filter((r) => kind(r.file) !== 'on demand'))));
   const later = rows.filter((r) => kind(r.file) === 'on demand');
-  if (later.length) out.push(line('PyTorch export, fetched on the first export (module + loader)', sum(later)));
+  const torch = later.filter((r) => /biaslab-export/.test(r.file));
+  if (torch.length) out.push(line('PyTorch export, fetched on the first export (module + loader)', sum(torch)));
+  const detail = later.filter((r) => /bias-detail/.test(r.file));
+  if (detail.length) out.push(line('bias detail panel, fetched when a row is first opened', sum(detail)));
   return out.join('\n');
 }
 

@@ -721,6 +721,16 @@ function wire_controls() {
       button.disabled = false;
     }
   });
+  // In-page links (the skip link) move focus without touching the fragment: it holds the
+  // experiment, and "#results" there read as a broken link that replaced the experiment.
+  document.addEventListener('click', (e) => {
+    const a = e.target.closest?.('a[href^="#"]:not(.term)');
+    const target = a && document.getElementById(a.getAttribute('href').slice(1));
+    if (!target || e.defaultPrevented) return;
+    e.preventDefault();
+    target.scrollIntoView({ block: 'start' });
+    target.focus({ preventScroll: true });
+  });
   // A pasted link in the same tab: load it (replaceState never fires this, so no loop).
   window.addEventListener('hashchange', () => {
     state.config = config_from_link(location.hash);

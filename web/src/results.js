@@ -47,7 +47,8 @@ function formula(tex) {
 // Cells that are more than text on the page; everything else is column.text(row).
 const CELLS = {
   biases: {
-    param: (r) => h('code', {}, r.param),
+    // Opens the row's detail panel (toggle_detail, below).
+    param: (r) => h('button', { type: 'button', class: 'row-toggle', 'aria-expanded': 'false', title: 'Details: the reason, the rank history and this bias\'s curve', dataset: { param: r.param } }, h('code', {}, r.param)),
     verdict: (r) => (is_undetermined(r) ? verdict_badge('undetermined', undetermined_reason(r)) : verdict_badge(r.verdict)),
     redundant: (r) =>
       is_undetermined(r)
@@ -86,7 +87,7 @@ function table_section(table, file_stem, extra_head = null, extra_body = null) {
   const body = table.rows.length
     ? h(
         'div',
-        { class: 'table-wrap', role: 'region', 'aria-labelledby': title_id, tabindex: '0' },
+        { class: `table-wrap table-${table.id}-wrap`, role: 'region', 'aria-labelledby': title_id, tabindex: '0' },
         h(
           'table',
           { class: `report-table table-${table.id}`, dataset: { table: table.id } },
@@ -126,6 +127,37 @@ function summary(report, ms) {
 }
 
 let plot = null;
+/** Open detail panels, by parameter name: they stay open across re-analyses. */
+const open_details = new Set();
+let detail_handles = [];
+
+/** Opens or closes a bias row's detail panel: a row under it, made (and its module loaded) on
+ * the first opening. */
+function toggle_detail(button, report, open = button.getAttribute('aria-expanded') !== 'true') {
+  const param = button.dataset.param;
+  const tr = button.closest('tr');
+  let detail = tr.nextElementSibling?.classList.contains('detail-row') ? tr.nextElementSibling : null;
+  button.setAttribute('aria-expanded', String(open));
+  if (open) open_details.add(param);
+  else open_details.delete(param);
+  if (!open) {
+    if (detail) detail.hidden = true;
+    return;
+  }
+  if (detail) {
+    detail.hidden = false;
+    return;
+  }
+  const id = `detail-${[...tr.parentElement.children].indexOf(tr)}`;
+  const panel = h('div', { class: 'bias-detail', id, role: 'region', 'aria-label': `Details of ${param}` }, h('p', { class: 'muted' }, 'Loading…'));
+  detail = h('tr', { class: 'detail-row' }, h('td', { colspan: String(tr.children.length) }, panel));
+  tr.after(detail);
+  button.setAttribute('aria-controls', id);
+  const row = report.biases.find((b) => b.param === param);
+  import('./bias-detail.js').then(({ render_bias_detail }) => {
+    if (panel.isConnected) detail_handles.push(render_bias_detail(panel, report, row));
+  });
+}
 
 /**
  * @param {HTMLElement} root
@@ -136,6 +168,8 @@ let plot = null;
 export function render_results(root, report, { ms, on_load_minimal, embed = false, file_stem = () => 'biaslab' } = {}) {
   plot?.destroy();
   plot = null;
+  for (const d of detail_handles) d.destroy();
+  detail_handles = [];
   const plot_root = h('div', { class: 'plot' });
   const plot_section = h(
     'section',
@@ -167,6 +201,13 @@ export function render_results(root, report, { ms, on_load_minimal, embed = fals
     table_section(invariance_table(report), file_stem),
   );
   plot = render_sweep(plot_root, report);
+  const biases = root.querySelector('#section-biases');
+  biases?.addEventListener('click', (e) => {
+    const button = e.target.closest('button.row-toggle');
+    if (button) toggle_detail(button, report);
+  });
+  for (const param of [...open_details]) if (!report.biases?.some((b) => b.param === param)) open_details.delete(param);
+  for (const button of biases?.querySelectorAll('button.row-toggle') ?? []) if (open_details.has(button.dataset.param)) toggle_detail(button, report, true);
 }
 
 /** Re-draws the plot (its colours come from CSS, which changes with the theme). */

@@ -25,15 +25,19 @@ function css(name) {
  * The uPlot data and series for a report's sweep (exported for tests). Each series carries
  * `group`: 'bias', 'redundant' (a move inside a bias's redundant directions) or 'floor'.
  */
-export function sweep_series(report) {
+export function sweep_series(report, { only = null } = {}) {
   const sweep = report.sweep;
   if (!sweep || !sweep.series?.length) return null;
+  // `only`: one bias's curves, in the colour it has in the plot of all of them.
+  const shown = sweep.series.filter((s) => only === null || s.param === only);
+  if (!shown.length) return null;
   const data = [sweep.sizes.slice()];
   const series = [{ label: 'size' }];
   // An undetermined bias (a limit stopped its structural analysis) has no settled null space:
   // its legend says so, and a "redundant part" of it is only the null space found so far.
   const undetermined = new Set((report.biases ?? []).filter(is_undetermined).map((b) => b.param));
   sweep.series.forEach((s, i) => {
+    if (!shown.includes(s)) return;
     const colour = COLOURS[i % COLOURS.length];
     const dash = DASHES[Math.floor(i / COLOURS.length) % DASHES.length];
     data.push(s.delta.map(positive));
@@ -47,15 +51,21 @@ export function sweep_series(report) {
   // One floor line: the largest floor over all biases at each size (they differ only by rounding).
   const floor = sweep.sizes.map((_, j) => {
     let m = null;
-    for (const s of sweep.series) {
+    for (const s of shown) {
       const f = positive(s.noise_floor?.[j]);
       if (f !== null && (m === null || f > m)) m = f;
     }
     return m;
   });
-  data.push(floor);
-  series.push({ label: 'noise floor', group: 'floor', stroke: 'FLOOR', dash: FLOOR_DASH, width: 2, points: { show: false } });
-  return { data, series };
+  // No floor measured at any size (every change was more than a million times it): no line,
+  // rather than a legend entry for a line that is not there.
+  if (floor.some((f) => f !== null)) {
+    data.push(floor);
+    // A floor measured at one size only is a point: drawn as one (a line needs two).
+    const isolated = floor.some((f, j) => f !== null && floor[j - 1] == null && floor[j + 1] == null);
+    series.push({ label: 'noise floor', group: 'floor', stroke: 'FLOOR', dash: FLOOR_DASH, width: 2, points: { show: isolated, size: 6 } });
+  }
+  return { data, series, floor: floor.some((f) => f !== null) };
 }
 
 // Ticks, grid lines and labels at whole decades only, thinned to every k-th decade so that
@@ -96,16 +106,17 @@ function swatch(strokes, dash) {
  * clientWidth here forced a layout in the middle of the first render (818 ms in one profile).
  * @param {HTMLElement} root
  * @param {object} report
+ * @param {{only?: string}} [options] only: the curves of one bias (a row's detail panel)
  * @returns {{destroy(): void, png(): Promise<Blob|null>} | null}
  */
-export function render_sweep(root, report) {
-  const spec = sweep_series(report);
+export function render_sweep(root, report, { only = null } = {}) {
+  const spec = sweep_series(report, { only });
   if (!spec) return null;
   const fg = css('--fg'), grid = css('--grid'), muted = css('--muted');
-  const series = spec.series.map((s) => (s.stroke === 'FLOOR' ? { ...s, stroke: muted } : s));
+  const series = spec.series.map((s) => (s.stroke === 'FLOOR' ? { ...s, stroke: muted, points: { ...s.points, fill: muted } } : s));
   const canvas_box = h('div', { class: 'plot-canvas', role: 'img', 'aria-label': 'Log-log plot of max |Δ output| against perturbation size, one line per bias, with the noise floor' });
   const legend = h('ul', { class: 'sweep-legend', 'aria-label': 'Curves (a button hides or shows its curve)' });
-  clear(root, canvas_box, legend, h('p', { class: 'caption sweep-hint' }, 'Click a legend entry to hide or show its curves (again to bring them back); hover over one, or near a curve in the plot, to highlight it. Dotted lines move each bias only inside its redundant directions.'));
+  clear(root, canvas_box, legend, spec.floor ? null : h('p', { class: 'caption' }, 'No noise floor is drawn: at every size the change is more than a million times the floor, where it is not measured.'), only ? null : h('p', { class: 'caption sweep-hint' }, 'Click a legend entry to hide or show its curves (again to bring them back); hover over one, or near a curve in the plot, to highlight it. Dotted lines move each bias only inside its redundant directions.'));
 
   // uPlot series index -> legend entry; the group entry covers every redundant-part series.
   const entries = new Map();
@@ -142,7 +153,7 @@ export function render_sweep(root, report) {
   const make = (width) => {
     const opts = {
       width,
-      height: width < 500 ? 260 : 340,
+      height: only ? 220 : width < 500 ? 260 : 340,
       scales: { x: { time: false, distr: 3, log: 10 }, y: { distr: 3, log: 10 } },
       axes: [
         { ...axis, label: 'perturbation size (RMS per entry)', labelSize: 26, splits: decade_splits((u) => u.width - 80, 56), values: decade_values },

@@ -286,3 +286,19 @@ test('editing: the layer width labels follow out_features and features while the
   assert.equal(await page.inputValue(FEATURES), '48');
   await page.close();
 });
+
+test('editing: the skip link moves to the results and keeps the experiment and its link', async () => {
+  const { page } = await env.open();
+  await after_analysis(page, () => page.uncheck('[data-path="layers[0].body[1].k_bias"]'));
+  await page.waitForTimeout(400); // the link follows edits after 150 ms
+  const [json, hash] = [await page.inputValue('#config-json'), await page.evaluate(() => location.hash)];
+  await page.keyboard.press('Tab'); // wherever focus is, go back to the top of the page first
+  await page.focus('.skip-link');
+  await page.keyboard.press('Enter');
+  await page.waitForTimeout(300); // a hashchange would have been handled by now
+  assert.equal(await page.evaluate(() => document.activeElement.id), 'results');
+  assert.equal(await page.isHidden('#link-notice'), true, 'no "link problem"');
+  assert.equal(await page.inputValue('#config-json'), json, 'the experiment stayed');
+  assert.equal(await page.evaluate(() => location.hash), hash);
+  await page.close();
+});

@@ -88,7 +88,10 @@ test('glance: a first visit explains how to read the results; dismissing it is r
   assert.equal(await intro.isVisible(), false, 'remembered after a reload');
   await page.evaluate(() => localStorage.clear());
   await page.close();
-  const embed = await env.open('?embed=1');
+  const embed = await env.open('?embed=1', { viewport: { width: 700, height: 900 } });
   assert.equal(await embed.page.locator('#how-to-read').isVisible(), false, 'never in an embed');
+  const [experiment, summary] = [await box(embed.page, '#experiment'), await box(embed.page, '#summary')];
+  assert.ok(summary.y > experiment.y + experiment.height - 1, 'an embed keeps one column');
+  await embed.page.screenshot({ path: resolve(SHOTS, 'embed-700.png'), fullPage: true });
   await embed.page.close();
 });

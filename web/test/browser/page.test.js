@@ -64,7 +64,7 @@ async function after_analysis(page, action) {
 }
 
 const table_texts = (page) => page.$$eval('#results-body table', (ts) => ts.map((t) => t.innerText));
-const bias_names = (page) => page.$$eval('table.table-biases tbody tr th', (ths) => ths.map((th) => th.innerText.trim()));
+const bias_names = (page) => page.$$eval('table.table-biases > tbody > tr > th', (ths) => ths.map((th) => th.innerText.trim()));
 
 test('page: loads with no console error, no failed request and nothing from another host', async () => {
   const t0 = Date.now();

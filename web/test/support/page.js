@@ -48,4 +48,4 @@ export async function after_analysis(page, action) {
 }
 
 export const table_texts = (page) => page.$$eval('#results-body table', (ts) => ts.map((t) => t.innerText));
-export const bias_names = (page) => page.$$eval('table.table-biases tbody tr th', (ths) => ths.map((th) => th.innerText.trim()));
+export const bias_names = (page) => page.$$eval('table.table-biases > tbody > tr > th', (ths) => ths.map((th) => th.innerText.trim()));
