@@ -88,7 +88,7 @@ int cmd_export_torch(const std::vector<std::string>& args) {
     const biaslab::Preset* p = biaslab::find_preset(preset);
     if (!p) return fail("unknown preset '" + preset + "' (see `biaslab presets`)");
     text = p->config;
-    title = p->title;
+    title = std::string(p->name) + " (" + p->title + ")";  // names the preset, as the page does
   } else {
     if (file.empty()) return fail("export-torch needs a config file, - for standard input, or --preset NAME");
     if (!read_all(file, text)) {

@@ -187,7 +187,8 @@ std::string script(const ExperimentConfig& config, const TorchExportOptions& opt
   const Shape& s = config.shape;
   std::string out;
   out += "#!/usr/bin/env python3\n";
-  out += "\"\"\"" + title + ": a biaslab experiment as a standalone PyTorch script.\n\n";
+  out += "\"\"\"" + (options.title.empty() ? title : title + ": a biaslab experiment") +
+         " as a standalone PyTorch script.\n\n";
   out += "Exported by biaslab " + std::string(BIASLAB_VERSION) + " (`biaslab export-torch`); needs only torch and numpy.\n\n";
   out += "    python3 experiment.py WEIGHTS.safetensors   # the engine's exact weights and input\n";
   out += "    python3 experiment.py                       # weights and input drawn by torch (seed " +
@@ -198,7 +199,10 @@ parameter names. The script recomputes, per bias, the structural redundant dimen
 of d(output)/d(bias) from torch.autograd.functional.jacobian, stacked over independent inputs
 until its rank stops growing), what a random perturbation of RMS 1 per entry does to the output
 against a noise floor measured from the same forward in float32 and float64, and the verdict;
-then checks every exact fold that applies against the same floor.
+then checks every exact fold that applies against the same floor. It draws its own random directions
+(torch's generator, not the engine's), and its own structural inputs beyond those a weights file
+brings, so its max |delta| values differ from the engine's report; the redundant dimensions,
+verdicts and folds are what should agree.
 """)" "\n";
   out += py::imports;
   out += "\n# The experiment (biaslab config format 1).\nCONFIG = json.loads(r\"\"\"\n" + config_lines(config) + "\n\"\"\")\n";

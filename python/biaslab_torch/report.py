@@ -140,6 +140,8 @@ def print_table(report):
         fc = report["forward_check"]
         print(f"float64 forward vs the engine's output: max |diff| {fmt(fc['max_abs_diff'])} "
               f"(relative {fmt(fc['rel_diff'])})")
+    print("\nmax |delta|: a random move of RMS 1 drawn by this script (not the engine's direction), so its"
+          "\nvalues differ from the engine's; redundant dimensions and verdicts are what should agree.")
     print(f"\n{'bias':<36} {'size':>6} {'redundant':>14}  {'verdict':<17} {'max |delta|':>11} {'noise floor':>11}")
     for b in report["biases"]:
         k = b["redundant_dim"]

@@ -710,7 +710,9 @@ function wire_controls() {
     flash_status('export', 'Writing the PyTorch script and weights…');
     try {
       const stem = file_stem();
-      const bundle = await engine.export_torch(config_text());
+      // The script's title names the preset the experiment matches, as the CLI's does.
+      const preset = matching_preset();
+      const bundle = await engine.export_torch(config_text(), preset ? `${preset.name} (${preset.title})` : '');
       download(`${stem}.py`, bundle.script, 'text/x-python');
       const bytes = Uint8Array.from(atob(bundle.weights_base64), (c) => c.charCodeAt(0));
       download(`${stem}.safetensors`, new Blob([bytes], { type: 'application/octet-stream' }));

@@ -390,6 +390,9 @@ test('page: the experiment downloads as a PyTorch script and its safetensors wei
   assert.ok(weights, 'the weights were downloaded');
   assert.match(script.toString('utf8'), /^#!\/usr\/bin\/env python3/);
   assert.match(script.toString('utf8'), /import torch/);
+  // The title names the preset, and the script says its deltas are its own draws.
+  assert.match(script.toString('utf8'), /^"""default \(Pre-norm attention block\): a biaslab experiment/m);
+  assert.match(script.toString('utf8'), /draws its own random directions/);
   // safetensors: 8-byte little-endian header length, then a JSON header naming every tensor.
   const n = Number(weights.readBigUInt64LE(0));
   const header = JSON.parse(weights.subarray(8, 8 + n).toString('utf8'));
