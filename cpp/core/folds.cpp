@@ -10,7 +10,7 @@ namespace {
 
 using Seq = std::vector<LayerNode>;
 
-std::string name_of(const std::string& prefix, int i) { return prefix + std::to_string(i); }
+std::string name_of(const std::string& prefix, int i) { return layer_name(prefix, static_cast<size_t>(i)); }
 
 bool is(const Seq& s, int i, LayerType t) {
   return i >= 0 && i < static_cast<int>(s.size()) && s[i].cfg.type == t;
@@ -82,9 +82,9 @@ BIASLAB_COLD void apply_norm_affine(Seq& s, int i, const std::string& prefix, Fo
                                        : std::vector<std::string>{"q_proj.", "k_proj.", "v_proj."};
   for (const auto& p : projs) fold_into(p);
   // Into a Linear: its weight and bias; into attention: the q, k and v projections alike.
-  for (const auto& p : projs) out.moves.push_back({nn + ".weight", xn + "." + p + "weight"});
+  for (const auto& p : projs) out.moves.push_back({param_name(nn, "weight"), param_name(xn, p + "weight")});
   if (beta.size())
-    for (const auto& p : projs) out.moves.push_back({nn + ".bias", xn + "." + p + "bias"});
+    for (const auto& p : projs) out.moves.push_back({param_name(nn, "bias"), param_name(xn, p + "bias")});
   out.dof_removed = static_cast<int>(g.size() + beta.size());
   nrm.cfg.elementwise_affine = false;
   nrm.params.clear();
@@ -115,7 +115,7 @@ BIASLAB_COLD void apply_linear_bn(Seq& s, int i, const std::string& prefix, Fold
   const std::string ln = name_of(prefix, i), bn = name_of(prefix, i + 1);
   out.layers = {ln, bn};
   for (const auto& p : s[i + 1].params)
-    if (p.role != ParamRole::buffer) out.moves.push_back({bn + "." + p.local, ln + (p.local == "weight" ? ".weight" : ".bias")});
+    if (p.role != ParamRole::buffer) out.moves.push_back({param_name(bn, p.local), param_name(ln, p.local == "weight" ? "weight" : "bias")});
   out.dof_removed = s[i + 1].cfg.affine ? 2 * static_cast<int>(sc.size()) : 0;
   s.erase(s.begin() + i + 1);
 }
@@ -136,7 +136,7 @@ BIASLAB_COLD void apply_bn_linear(Seq& s, int i, const std::string& prefix, Fold
   const std::string bn = name_of(prefix, i), ln = name_of(prefix, i + 1);
   out.layers = {bn, ln};
   for (const auto& p : s[i].params)
-    if (p.role != ParamRole::buffer) out.moves.push_back({bn + "." + p.local, ln + (p.local == "weight" ? ".weight" : ".bias")});
+    if (p.role != ParamRole::buffer) out.moves.push_back({param_name(bn, p.local), param_name(ln, p.local == "weight" ? "weight" : "bias")});
   out.dof_removed = s[i].cfg.affine ? 2 * static_cast<int>(sc.size()) : 0;
   s.erase(s.begin() + i);
 }
@@ -184,16 +184,16 @@ BIASLAB_COLD Feeder feeder(Seq& s, int i, const std::string& prefix) {
   const std::string nm = name_of(prefix, i);
   switch (n.cfg.type) {
     case LayerType::linear:
-      return n.find("bias") ? Feeder{&n, "bias", nm + ".bias"} : Feeder{};
+      return n.find("bias") ? Feeder{&n, "bias", param_name(nm, "bias")} : Feeder{};
     case LayerType::attention:
-      return n.find("o_proj.bias") ? Feeder{&n, "o_proj.bias", nm + ".o_proj.bias"} : Feeder{};
+      return n.find("o_proj.bias") ? Feeder{&n, "o_proj.bias", param_name(nm, "o_proj.bias")} : Feeder{};
     case LayerType::layernorm:
     case LayerType::batchnorm:
     case LayerType::groupnorm:
     case LayerType::instancenorm:
-      return n.find("bias") ? Feeder{&n, "bias", nm + ".bias"} : Feeder{};
+      return n.find("bias") ? Feeder{&n, "bias", param_name(nm, "bias")} : Feeder{};
     case LayerType::residual:
-      return feeder(n.body, static_cast<int>(n.body.size()) - 1, nm + ".body.");
+      return feeder(n.body, static_cast<int>(n.body.size()) - 1, body_prefix(nm));
     default:
       return {};
   }
@@ -259,9 +259,9 @@ BIASLAB_COLD void apply_linear_linear(Seq& s, int i, const std::string& prefix, 
   if (b.find("bias")) bias += col(b, "bias");
   const std::string an = name_of(prefix, i), bn = name_of(prefix, i + 1);
   out.layers = {an, bn};
-  out.moves.push_back({bn + ".weight", an + ".weight"});
-  if (a.find("bias")) out.moves.push_back({an + ".bias", an + ".bias"});
-  if (b.find("bias")) out.moves.push_back({bn + ".bias", an + ".bias"});
+  out.moves.push_back({param_name(bn, "weight"), param_name(an, "weight")});
+  if (a.find("bias")) out.moves.push_back({param_name(an, "bias"), param_name(an, "bias")});
+  if (b.find("bias")) out.moves.push_back({param_name(bn, "bias"), param_name(an, "bias")});
   const long before = W1.size() + W2.size() + (a.find("bias") ? W1.rows() : 0) + (b.find("bias") ? W2.rows() : 0);
   a.cfg.out_features = static_cast<int>(W2.rows());
   a.cfg.bias = has_bias;
@@ -296,7 +296,7 @@ BIASLAB_COLD void apply_ln_to_rms(Seq& s, int i, const std::string& prefix, Fold
   ln.cfg.eps = eps;
   ln.cfg.elementwise_affine = affine;
   out.layers = {name_of(prefix, i), name_of(prefix, i + 1)};
-  out.moves.push_back({name_of(prefix, i) + "." + proj + "weight", name_of(prefix, i) + "." + proj + "weight"});
+  out.moves.push_back({param_name(name_of(prefix, i), proj + "weight"), param_name(name_of(prefix, i), proj + "weight")});
   out.dof_removed = static_cast<int>(W.cols()) + (w.find(proj + "bias") ? 1 : 0);
 }
 
@@ -340,8 +340,8 @@ BIASLAB_COLD const std::vector<FoldRule>& fold_rules() {
 }
 
 std::string site_prefix(const FoldSite& site) {
-  std::string p = "layers.";
-  for (int i : site.path) p += std::to_string(i) + ".body.";
+  std::string p = kTopLayers;
+  for (int i : site.path) p = body_prefix(layer_name(p, static_cast<size_t>(i)));
   return p;
 }
 

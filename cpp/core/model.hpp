@@ -53,6 +53,26 @@ struct Network {
   std::vector<LayerNode> layers;
 };
 
+// Dotted names, as in a PyTorch state dict, made only by these functions: a top-level layer is
+// "layers.<i>", a layer of a residual body "<block>.body.<j>", a parameter "<layer>.<local>".
+// State-dict keys, safetensors keys, fold moves, report rows and the random streams of the
+// initial values all use them.
+inline constexpr const char* kTopLayers = "layers.";
+inline std::string layer_name(const std::string& seq_prefix, size_t i) { return seq_prefix + std::to_string(i); }
+inline std::string body_prefix(const std::string& layer) { return layer + ".body."; }
+inline std::string param_name(const std::string& layer, const std::string& local) { return layer + "." + local; }
+
+// Every parameter and buffer of a layer tree with its dotted name, in declaration order (the
+// order of Model::params): f(name, param).
+template <class Nodes, class F>
+void visit_params(Nodes& nodes, F&& f, const std::string& seq_prefix = kTopLayers) {
+  for (size_t i = 0; i < nodes.size(); ++i) {
+    const std::string layer = layer_name(seq_prefix, i);
+    for (auto& p : nodes[i].params) f(param_name(layer, p.local), p);
+    visit_params(nodes[i].body, f, body_prefix(layer));
+  }
+}
+
 // Draws every parameter from the seed (one stream per dotted name).
 Network build_network(const ExperimentConfig& config);
 // Rebuilds config.layers from the tree (after a fold changed it) and recomputes widths.
@@ -60,9 +80,10 @@ void sync_network(Network& net);
 long count_parameters(const Network& net);  // trainable ones: buffers excluded
 
 // The parameters a layer type declares, in order, with their initial values drawn from rng
-// streams keyed by `prefix + local`. The single place where parameter names are defined.
+// streams keyed by their dotted names (param_name(layer, local)). The single place where a
+// layer's parameters are defined.
 std::vector<Param> declare_params(const LayerConfig& cfg, int in_width, int out_width,
-                                  std::uint64_t seed, const std::string& prefix);
+                                  std::uint64_t seed, const std::string& layer);
 
 // ---------------------------------------------------------------------------------------------
 enum class OpKind { linear, norm, activation, softmax, attention, residual_begin, residual_end };

@@ -71,10 +71,10 @@ BIASLAB_COLD void build_layers(const std::vector<LayerConfig>& cfgs, int width, 
     node.cfg.body.clear();
     node.in_width = width;
     node.out_width = layer_out_width(cfgs[i], width);
-    const std::string name = prefix + std::to_string(i) + ".";
-    node.params = declare_params(node.cfg, node.in_width, node.out_width, seed, name);
+    const std::string layer = layer_name(prefix, i);
+    node.params = declare_params(node.cfg, node.in_width, node.out_width, seed, layer);
     if (cfgs[i].type == LayerType::residual)
-      build_layers(cfgs[i].body, width, seed, name + "body.", node.body);
+      build_layers(cfgs[i].body, width, seed, body_prefix(layer), node.body);
     width = node.out_width;
     out.push_back(std::move(node));
   }
@@ -110,11 +110,11 @@ long count_layers(const std::vector<LayerNode>& nodes) {
 }  // namespace
 
 BIASLAB_COLD std::vector<Param> declare_params(const LayerConfig& c, int in, int out, std::uint64_t seed,
-                                  const std::string& prefix) {
+                                  const std::string& layer) {
   std::vector<Param> ps;
   auto add = [&](const std::string& local, ParamRole role, int rows, int cols, Init init,
                  int fan_in) {
-    ps.push_back({local, role, draw(seed, prefix + local, rows, cols, init, fan_in)});
+    ps.push_back({local, role, draw(seed, param_name(layer, local), rows, cols, init, fan_in)});
   };
   switch (c.type) {
     case LayerType::linear:
@@ -167,7 +167,7 @@ BIASLAB_COLD std::vector<Param> declare_params(const LayerConfig& c, int in, int
 BIASLAB_COLD Network build_network(const ExperimentConfig& config) {
   Network net;
   net.config = config;
-  build_layers(config.layers, config.shape.features, config.seed, "layers.", net.layers);
+  build_layers(config.layers, config.shape.features, config.seed, kTopLayers, net.layers);
   return net;
 }
 
@@ -180,19 +180,18 @@ namespace {
 struct Compiler {
   Model& m;
 
-  int add_param(const LayerNode& node, const std::string& prefix, const std::string& local,
+  int add_param(const LayerNode& node, const std::string& layer, const std::string& local,
                 int op) {
     const Param* p = node.find(local);
     if (!p) return -1;
-    m.params.push_back({prefix + local, p->role, op, p->value});
+    m.params.push_back({param_name(layer, local), p->role, op, p->value});
     return static_cast<int>(m.params.size()) - 1;
   }
 
   void layers(const std::vector<LayerNode>& nodes, const std::string& prefix) {
     for (size_t i = 0; i < nodes.size(); ++i) {
       const LayerNode& node = nodes[i];
-      const std::string name = prefix + std::to_string(i);
-      const std::string pp = name + ".";
+      const std::string name = layer_name(prefix, i);
       Op op;
       op.in = node.in_width;
       op.out = node.out_width;
@@ -203,8 +202,8 @@ struct Compiler {
       switch (c.type) {
         case LayerType::linear:
           op.kind = OpKind::linear;
-          op.w = add_param(node, pp, "weight", at);
-          op.b = add_param(node, pp, "bias", at);
+          op.w = add_param(node, name, "weight", at);
+          op.b = add_param(node, name, "bias", at);
           m.ops.push_back(op);
           break;
         case LayerType::layernorm:
@@ -221,10 +220,10 @@ struct Compiler {
                     : c.type == LayerType::instancenorm ? NormKind::instance
                     : c.mode == BatchNormMode::train    ? NormKind::batch_train
                                                         : NormKind::batch_eval;
-          op.gain = add_param(node, pp, "weight", at);
-          op.shift = add_param(node, pp, "bias", at);
-          op.mean = add_param(node, pp, "running_mean", at);
-          op.var = add_param(node, pp, "running_var", at);
+          op.gain = add_param(node, name, "weight", at);
+          op.shift = add_param(node, name, "bias", at);
+          op.mean = add_param(node, name, "running_mean", at);
+          op.var = add_param(node, name, "running_var", at);
           m.ops.push_back(op);
           break;
         case LayerType::attention: {
@@ -232,12 +231,12 @@ struct Compiler {
           op.heads = c.num_heads;
           op.causal = c.causal;
           op.rope = c.rope;
-          op.wq = add_param(node, pp, "q_proj.weight", at);
-          op.bq = add_param(node, pp, "q_proj.bias", at);
-          op.wk = add_param(node, pp, "k_proj.weight", at);
-          op.bk = add_param(node, pp, "k_proj.bias", at);
-          op.wv = add_param(node, pp, "v_proj.weight", at);
-          op.bv = add_param(node, pp, "v_proj.bias", at);
+          op.wq = add_param(node, name, "q_proj.weight", at);
+          op.bq = add_param(node, name, "q_proj.bias", at);
+          op.wk = add_param(node, name, "k_proj.weight", at);
+          op.bk = add_param(node, name, "k_proj.bias", at);
+          op.wv = add_param(node, name, "v_proj.weight", at);
+          op.bv = add_param(node, name, "v_proj.bias", at);
           m.ops.push_back(op);
           // The output projection is an ordinary linear op, so trailing-linear analysis and
           // folds treat it like any Linear.
@@ -246,8 +245,8 @@ struct Compiler {
           o.in = o.out = node.in_width;
           o.layer = name;
           o.layer_index = static_cast<int>(i);
-          o.w = add_param(node, pp, "o_proj.weight", at + 1);
-          o.b = add_param(node, pp, "o_proj.bias", at + 1);
+          o.w = add_param(node, name, "o_proj.weight", at + 1);
+          o.b = add_param(node, name, "o_proj.bias", at + 1);
           m.ops.push_back(o);
           break;
         }
@@ -265,7 +264,7 @@ struct Compiler {
         case LayerType::residual: {
           op.kind = OpKind::residual_begin;
           m.ops.push_back(op);
-          layers(node.body, pp + "body.");
+          layers(node.body, body_prefix(name));
           Op end = op;
           end.kind = OpKind::residual_end;
           end.partner = at;
@@ -287,7 +286,7 @@ BIASLAB_COLD Model compile(const Network& net) {
   m.in_features = net.config.shape.features;
   m.out_features = net.layers.empty() ? m.in_features : net.layers.back().out_width;
   m.dtype = net.config.dtype;
-  Compiler{m}.layers(net.layers, "layers.");
+  Compiler{m}.layers(net.layers, kTopLayers);
   return m;
 }
 

@@ -331,17 +331,6 @@ Result<std::string> write_impl(const TensorFile& file) {
   return out;
 }
 
-// Every parameter and buffer of a layer tree with its dotted name, in declaration order (the
-// order of Model::params).
-template <class Nodes, class F>
-void visit_params(Nodes& nodes, const std::string& prefix, F&& f) {
-  for (size_t i = 0; i < nodes.size(); ++i) {
-    const std::string name = prefix + std::to_string(i) + ".";
-    for (auto& p : nodes[i].params) f(name + p.local, p);
-    visit_params(nodes[i].body, name + "body.", f);
-  }
-}
-
 // Projection weights keep their (out, in) matrix shape; every other parameter is a vector.
 std::vector<std::int64_t> param_shape(const Param& p) {
   if (p.role == ParamRole::weight) return {p.value.rows(), p.value.cols()};
@@ -413,7 +402,7 @@ Result<std::string> write_experiment_tensors(const ExperimentTensors& x) {
     file.metadata = {{"format", "pt"},
                      {"biaslab_version", BIASLAB_VERSION},
                      {"biaslab_config", config_to_json(net.config).dump()}};
-    visit_params(net.layers, "layers.", [&](const std::string& name, const Param& p) {
+    visit_params(net.layers, [&](const std::string& name, const Param& p) {
       file.tensors.push_back(matrix_tensor(name, dt, param_shape(p), p.value));
     });
     if (x.input.rows() != rows || x.input.cols() != s.features)
@@ -461,7 +450,7 @@ Result<ExperimentTensors> read_experiment_tensors(const ExperimentConfig& config
       return std::nullopt;
     };
     std::optional<Error> err;
-    visit_params(out.net.layers, "layers.", [&](const std::string& name, Param& p) {
+    visit_params(out.net.layers, [&](const std::string& name, Param& p) {
       if (!err) err = take(name, param_shape(p), p.value.rows(), p.value.cols(), p.value);
     });
     if (err) return *err;
