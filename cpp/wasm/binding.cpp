@@ -1,18 +1,24 @@
-// The wasm binding. Plain JSON text crosses the boundary in both directions (conventions 5):
-// C functions take and return UTF-8 strings, and cpp/wasm/api.js (linked as --post-js) wraps
-// them as the module's methods (analyze, analyzeWithCallbacks, presets, schema, exportTorch,
-// version, foldRules); web/src/engine-client.js turns {ok:false} into a typed error. Nothing
-// here throws to JS: analyze_text and export_torch_bundle report every failure as JSON.
-// (No embind: for a handful of string functions its runtime costs more download than it saves.)
+// The wasm binding, through embind. Plain JSON text crosses the boundary in both directions
+// (conventions 5): every function takes and returns std::string, so embind needs no type beyond
+// strings and emscripten::val, and web/src/engine-client.js turns {ok:false} into a typed error.
+// Nothing here throws to JS: analyze_text and export_torch_bundle report every failure as JSON.
+//
+// The module's methods (the same names, arguments and answers as before embind):
+//   analyze(config)                                            -> report
+//   analyzeWithCallbacks(config[, {progress(step, fraction), cancelled()}])  -> report
+//   presets(), schema(), version()                             -> text
+//   exportTorch(config[, title])                               -> {ok, script, weights_base64} or {ok:false, error}
+//   foldRules()                                                -> the fold rules (Node build only)
+// embind checks a call's argument count, so the optional arguments are overloads by arity.
 //
 // One source, three modules (cpp/wasm/CMakeLists.txt): the page's engine (BIASLAB_WASM_ANALYZE:
 // analyses, presets, schema), the PyTorch export that the page loads only when asked for it
 // (BIASLAB_WASM_EXPORT), and the Node build for the tests and the page's build (both, plus
-// foldRules). The linker drops what a module does not export.
-#include <emscripten/emscripten.h>
+// foldRules). The linker drops what a module does not bind.
+#include <emscripten/bind.h>
+#include <emscripten/val.h>
 
 #include <string>
-#include <utility>
 
 #include "core/analyze.hpp"
 #include "core/config.hpp"
@@ -24,69 +30,79 @@
 namespace {
 
 using json = biaslab::Json;
+using emscripten::val;
 
-// The last answer: api.js copies it into a JS string before the next call.
-std::string g_answer;
-
-const char* answer(std::string text) {
-  g_answer = std::move(text);
-  return g_answer.c_str();
+#ifdef BIASLAB_WASM_ANALYZE
+// The callback named `name` of a JS object, or undefined if it has none (or it is no function).
+val callback(const val& callbacks, const char* name) {
+  if (callbacks.isUndefined() || callbacks.isNull()) return val::undefined();
+  val f = callbacks[name];
+  return f.typeOf().as<std::string>() == "function" ? f : val::undefined();
 }
 
-}  // namespace
-
-#ifdef BIASLAB_WASM_ANALYZE
-// The callbacks of the analysis in progress, set by api.js for the duration of one call.
-EM_JS(void, biaslab_js_progress, (const char* step, double fraction), {
-  if (Module["biaslabProgress"]) Module["biaslabProgress"](UTF8ToString(step), fraction);
-});
-EM_JS(int, biaslab_js_cancelled, (), {
-  return Module["biaslabCancelled"] && Module["biaslabCancelled"]() ? 1 : 0;
-});
-#endif
-
-extern "C" {
-
-#ifdef BIASLAB_WASM_ANALYZE
-// with_progress, with_cancel: whether api.js set the callbacks. progress lets a worker post its
-// state while the analysis runs synchronously; cancelled is polled between steps (the page uses
-// it only where a worker can see a shared flag; otherwise it terminates the worker).
-EMSCRIPTEN_KEEPALIVE const char* biaslab_analyze(const char* config_json, int with_progress, int with_cancel) {
+// progress lets a worker post its state while the analysis runs synchronously; cancelled is
+// polled between steps (the page uses it only where a worker can see a shared flag; otherwise
+// it terminates the worker).
+std::string analyze_with_callbacks(const std::string& config, val callbacks) {
   biaslab::AnalyzeOptions options;
-  if (with_progress)
-    options.progress = [](const std::string& step, double fraction) { biaslab_js_progress(step.c_str(), fraction); };
-  if (with_cancel) options.cancelled = []() { return biaslab_js_cancelled() != 0; };
-  return answer(biaslab::analyze_text(config_json, options).dump());
+  val progress = callback(callbacks, "progress");
+  val cancelled = callback(callbacks, "cancelled");
+  if (!progress.isUndefined())
+    options.progress = [progress](const std::string& step, double fraction) { progress(step, fraction); };
+  if (!cancelled.isUndefined()) options.cancelled = [cancelled]() { return cancelled().as<bool>(); };
+  return biaslab::analyze_text(config, options).dump();
 }
 
-EMSCRIPTEN_KEEPALIVE const char* biaslab_presets() {
+std::string analyze(const std::string& config) { return biaslab::analyze_text(config, {}).dump(); }
+
+std::string presets() {
   json list = json::array();
   for (const auto& p : biaslab::presets())
     list.push_back({{"name", p.name}, {"title", p.title}, {"claim", p.claim}, {"config", p.config}});
-  return answer(list.dump());
+  return list.dump();
 }
 
-EMSCRIPTEN_KEEPALIVE const char* biaslab_schema() { return answer(biaslab::config_schema().dump()); }
+std::string schema() { return biaslab::config_schema().dump(); }
 #endif
 
 #ifdef BIASLAB_WASM_EXPORT
 // The PyTorch script and its safetensors weights (base64) for a config, or {ok:false, error}.
-EMSCRIPTEN_KEEPALIVE const char* biaslab_export_torch(const char* config_json, const char* title) {
-  return answer(biaslab::export_torch_bundle(config_json, title).dump());
+std::string export_torch(const std::string& config, const std::string& title) {
+  return biaslab::export_torch_bundle(config, title).dump();
 }
+std::string export_torch_untitled(const std::string& config) { return export_torch(config, ""); }
 #endif
 
-EMSCRIPTEN_KEEPALIVE const char* biaslab_version() { return answer(biaslab::biaslab_version()); }
+std::string version() { return biaslab::biaslab_version(); }
 
 #ifdef BIASLAB_WASM_NODE
 // Every fold rule with its LaTeX formula: the page's build typesets these ahead of time (so it
 // ships no TeX engine), and a report's fold rows carry the same strings.
-EMSCRIPTEN_KEEPALIVE const char* biaslab_fold_rules() {
+std::string fold_rules() {
   json list = json::array();
   for (const auto& r : biaslab::fold_rules())
     list.push_back({{"id", r.id}, {"title", r.title}, {"formula", r.formula}});
-  return answer(list.dump());
+  return list.dump();
 }
 #endif
 
-}  // extern "C"
+}  // namespace
+
+EMSCRIPTEN_BINDINGS(biaslab) {
+  using emscripten::function;
+#ifdef BIASLAB_WASM_ANALYZE
+  function("analyze", &analyze);
+  function("analyzeWithCallbacks", &analyze_with_callbacks);
+  function("analyzeWithCallbacks", &analyze);
+  function("presets", &presets);
+  function("schema", &schema);
+#endif
+#ifdef BIASLAB_WASM_EXPORT
+  function("exportTorch", &export_torch);
+  function("exportTorch", &export_torch_untitled);
+#endif
+  function("version", &version);
+#ifdef BIASLAB_WASM_NODE
+  function("foldRules", &fold_rules);
+#endif
+}
