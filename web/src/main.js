@@ -18,7 +18,7 @@ import { render_stack_editor, mark_editor_error, error_place, refresh_layer_widt
 import { render_results, refresh_plot } from './results.js';
 import { h, clear, copy_text, download } from './dom.js';
 import { start_embed } from './embed.js';
-import { render_glossary, wire_term_tips } from './glossary.js';
+import { render_glossary, wire_term_tips, prefetch_glossary } from './glossary.js';
 
 const $ = (id) => document.getElementById(id);
 const params = new URLSearchParams(location.search);
@@ -319,6 +319,7 @@ function render_report() {
     },
   });
   $('report-export').hidden = false;
+  prefetch_glossary(); // its texts, once the first tables are drawn
 }
 
 function render_embed_experiment() {

@@ -5,7 +5,6 @@ import FORMULAS from 'virtual:formulas';
 
 import { h, clear, download } from './dom.js';
 import { bias_table, fold_table, minimal_table, invariance_table, to_markdown, to_csv, fmt_int, VERDICT_TEXT, is_undetermined, redundant_dims, undetermined_reason, bias_notes } from './table-model.js';
-import { render_sweep } from './sweep-plot.js';
 import { term, column_term } from './glossary.js';
 
 // Symbols keep the verdicts apart without colour: ○ nothing of it matters, ◐ part of it, ● all of
@@ -200,7 +199,7 @@ export function render_results(root, report, { ms, on_load_minimal, embed = fals
     table_section(minimal_table(report), file_stem, null, load_minimal),
     table_section(invariance_table(report), file_stem),
   );
-  plot = render_sweep(plot_root, report);
+  plot = lazy_sweep(plot_root, report);
   const biases = root.querySelector('#section-biases');
   biases?.addEventListener('click', (e) => {
     const button = e.target.closest('button.row-toggle');
@@ -210,11 +209,29 @@ export function render_results(root, report, { ms, on_load_minimal, embed = fals
   for (const button of biases?.querySelectorAll('button.row-toggle') ?? []) if (open_details.has(button.dataset.param)) toggle_detail(button, report, true);
 }
 
+/** The sweep plot, its module (uPlot, about 22 KB gzip) fetched when a plot is first drawn, so
+ * it stays out of the first load and an embed without the sweep never fetches it. Same handle as
+ * render_sweep's. */
+function lazy_sweep(root, report, options) {
+  let handle = null;
+  let dead = false;
+  import('./sweep-plot.js').then(({ render_sweep }) => {
+    if (!dead) handle = render_sweep(root, report, options);
+  });
+  return {
+    destroy() {
+      dead = true;
+      handle?.destroy();
+    },
+    png: async () => (handle ? handle.png() : null),
+  };
+}
+
 /** Re-draws the plot (its colours come from CSS, which changes with the theme). */
 export function refresh_plot(root, report) {
   const plot_root = root.querySelector('.plot');
   if (!plot_root || !report) return;
   plot?.destroy();
   plot_root.replaceChildren();
-  plot = render_sweep(plot_root, report);
+  plot = lazy_sweep(plot_root, report);
 }

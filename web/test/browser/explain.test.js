@@ -12,8 +12,11 @@ const tip = (page) => page.evaluate(() => {
   const t = document.getElementById('term-tip');
   return t && !t.hidden ? t.textContent : '';
 });
-/** The glossary: [{id, term, text}] read from the page. */
-const glossary = (page) => page.$$eval('#glossary dt', (dts) => dts.map((dt) => ({ id: dt.id, term: dt.textContent.trim(), text: dt.nextElementSibling?.textContent.trim() ?? '' })));
+/** The glossary: [{id, term, text}] read from the page (its texts arrive on demand or at idle). */
+const glossary = async (page) => {
+  await page.waitForFunction(() => document.querySelectorAll('#glossary dt').length > 0);
+  return page.$$eval('#glossary dt', (dts) => dts.map((dt) => ({ id: dt.id, term: dt.textContent.trim(), text: dt.nextElementSibling?.textContent.trim() ?? '' })));
+};
 
 test('explain: every column header of every table has a tooltip and a glossary entry that names it', async () => {
   const { page, problems } = await env.open();
@@ -47,6 +50,7 @@ test('explain: every column header of every table has a tooltip and a glossary e
   // Following the link opens the glossary at the entry and leaves the experiment's link alone.
   const hash = await page.evaluate(() => location.hash);
   await links.nth(6).press('Enter');
+  await page.waitForFunction(() => document.activeElement.id === 'g-vs_floor');
   assert.equal(await page.evaluate(() => document.getElementById('glossary-details').open), true);
   assert.equal(await page.evaluate(() => document.activeElement.id), 'g-vs_floor');
   assert.equal(await page.evaluate(() => location.hash), hash);
