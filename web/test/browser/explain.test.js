@@ -22,6 +22,7 @@ test('explain: every column header of every table has a tooltip and a glossary e
   const { page, problems } = await env.open();
   const entries = await glossary(page);
   assert.ok(entries.length > 0, 'the page has a glossary');
+  for (const b of await page.locator('button.more-columns').all()) await b.click(); // every column
   const headers = await page.$$eval('#results-body table thead th', (ths) => ths.map((th, i) => ({ i, text: th.innerText.trim(), table: th.closest('table').dataset.table, term: th.querySelector('.term')?.dataset.term ?? null })));
   assert.ok(headers.length >= 25, `${headers.length} headers`);
   for (const hd of headers) {
