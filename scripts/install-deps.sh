@@ -16,7 +16,7 @@ for g in "${groups[@]}"; do
   case "$g" in
     native) want+=(cmake g++ make libeigen3-dev doctest-dev nlohmann-json3-dev) ;;
     web)
-      want+=(emscripten chromium)
+      want+=(emscripten chromium hugo) # hugo: the embed test builds a small site
       # Node 20 may come from the machine image; only fall back to Debian's when it is absent.
       command -v node >/dev/null || want+=(nodejs)
       command -v npm >/dev/null || want+=(npm)

@@ -34,6 +34,11 @@ export function kind(file) {
   if (/biaslab-export[^/]*\.(wasm|js)$/.test(file)) return 'on demand';
   // A bias row's detail panel: fetched when a row is first opened.
   if (/bias-detail[^/]*\.js$/.test(file)) return 'on demand';
+  // The glossary's texts: fetched on the first tooltip or opening, or at idle after the tables.
+  if (/glossary-text[^/]*\.js$/.test(file)) return 'on demand';
+  // The sweep plot (uPlot): fetched when a plot is first drawn (after the first result on the
+  // full page; never by an embed without the sweep).
+  if (/sweep-plot[^/]*\.js$/.test(file)) return 'on demand';
   if (/\.wasm$/.test(file)) return 'wasm';
   if (/biaslab-[^/]*\.js$|\/biaslab\.js$/.test(file)) return 'loader';
   if (/\.m?js$/.test(file)) return 'js';
@@ -63,6 +68,10 @@ export function size_markdown(rows) {
   if (torch.length) out.push(line('PyTorch export, fetched on the first export (module + loader)', sum(torch)));
   const detail = later.filter((r) => /bias-detail/.test(r.file));
   if (detail.length) out.push(line('bias detail panel, fetched when a row is first opened', sum(detail)));
+  const sweep = later.filter((r) => /sweep-plot/.test(r.file));
+  if (sweep.length) out.push(line('sweep plot (uPlot), fetched when the first plot is drawn', sum(sweep)));
+  const gloss = later.filter((r) => /glossary-text/.test(r.file));
+  if (gloss.length) out.push(line('glossary texts, fetched on the first tooltip or at idle', sum(gloss)));
   return out.join('\n');
 }
 

@@ -6,7 +6,7 @@
 // directions without effect that further inputs do reach (few-tokens-trap: 122 after one input,
 // none after 22).
 import { h } from './dom.js';
-import { fmt_num, redundant_dims, bias_notes } from './table-model.js';
+import { fmt_num, redundant_dims, bias_notes, bias_table } from './table-model.js';
 import { render_sweep } from './sweep-plot.js';
 import { term } from './glossary.js';
 
@@ -29,6 +29,8 @@ export function render_bias_detail(root, report, row) {
     h('h3', {}, 'Why ', h('code', {}, row.param)),
     h('p', {}, row.why ?? ''),
     bias_notes(row).map((note) => h('p', { class: `note note-${note.label.toLowerCase()}` }, h('strong', {}, `${note.label}: `), note.text)),
+    // The table's columns a narrow container hides (all of them, short, in one list).
+    h('dl', { class: 'detail-columns' }, bias_table(report).columns.filter((c) => !['param', 'verdict', 'why'].includes(c.key)).map((c) => h('div', {}, h('dt', {}, c.label), h('dd', {}, c.text(row))))),
     h('h3', {}, 'How its redundant directions were found'),
     h(
       'p',

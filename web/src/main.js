@@ -18,11 +18,14 @@ import { render_stack_editor, mark_editor_error, error_place, refresh_layer_widt
 import { render_results, refresh_plot } from './results.js';
 import { h, clear, copy_text, download } from './dom.js';
 import { start_embed } from './embed.js';
-import { render_glossary, wire_term_tips } from './glossary.js';
+import { render_glossary, wire_term_tips, prefetch_glossary } from './glossary.js';
 
 const $ = (id) => document.getElementById(id);
 const params = new URLSearchParams(location.search);
 const EMBED = params.get('embed') === '1';
+// An embed's sections (docs/embed.md): any of these, comma-separated; none given: all but card.
+const EMBED_SECTIONS = ['biases', 'folds', 'sweep', 'invariances', 'card'];
+const SHOW = EMBED && params.get('show') ? new Set(params.get('show').split(',').filter((s) => EMBED_SECTIONS.includes(s))) : null;
 const PROGRESS_DELAY_MS = 150; // analyses shorter than this never show a progress bar
 const TYPING_DELAY_MS = 300; // debounce for number boxes and the JSON text
 const STATUS_MS = 4000; // how long a "Link copied." or export notice stays
@@ -310,6 +313,8 @@ function render_report() {
   render_results($('results-body'), state.report, {
     ms: state.report_ms,
     embed: EMBED,
+    show: SHOW,
+    param: params.get('param'),
     // Named after the experiment the tables answer, which may lag behind the editor.
     file_stem: () => (state.report_text === config_key() ? file_stem() : file_stem(report_config)),
     on_load_minimal: (config) => {
@@ -319,6 +324,7 @@ function render_report() {
     },
   });
   $('report-export').hidden = false;
+  prefetch_glossary(); // its texts, once the first tables are drawn
 }
 
 function render_embed_experiment() {
@@ -575,9 +581,17 @@ function full_url() {
   return url.href;
 }
 
+/** The snippet builder's choices: sections, the card's parameter, theme. */
+const embed_choice = { show: ['biases', 'folds', 'sweep', 'invariances'], param: '', theme: 'auto' };
+
 function embed_url() {
   const url = new URL(location.href);
+  url.search = '';
   url.searchParams.set('embed', '1');
+  const show = EMBED_SECTIONS.filter((s) => embed_choice.show.includes(s));
+  if (show.join() !== 'biases,folds,sweep,invariances') url.searchParams.set('show', show.join(','));
+  if (show.includes('card') && embed_choice.param) url.searchParams.set('param', embed_choice.param);
+  if (embed_choice.theme !== 'auto') url.searchParams.set('theme', embed_choice.theme);
   url.hash = share_hash();
   return url.href;
 }
@@ -609,6 +623,31 @@ function invalid_note() {
   if (e?.source === 'engine') return ' The experiment is invalid: the link reproduces the invalid config, with its error.';
   if (e?.source === 'json') return ' The JSON text does not parse: the link carries the last config that did.';
   return '';
+}
+
+/** The snippet builder under the header's buttons: sections, the card's bias, theme, and the
+ * snippet itself (copied on every change of choice by the Copy button). */
+function open_embed_builder() {
+  let box = $('embed-builder');
+  if (!box) {
+    box = h('div', { id: 'embed-builder', class: 'embed-builder', role: 'group', 'aria-label': 'Embed snippet' });
+    $('copy-embed').closest('div, nav, header').after(box);
+  }
+  const text = h('textarea', { readonly: true, rows: 3, 'aria-label': 'Embed snippet' });
+  const update = () => (text.value = embed_snippet());
+  const params_list = (state.report?.biases ?? []).map((b) => b.param);
+  if (!embed_choice.param) embed_choice.param = params_list[0] ?? '';
+  const check = (s) => h('label', {}, h('input', { type: 'checkbox', value: s, checked: embed_choice.show.includes(s), onchange: (e) => { embed_choice.show = e.target.checked ? [...embed_choice.show, s] : embed_choice.show.filter((x) => x !== s); update(); } }), ` ${s}`);
+  clear(
+    box,
+    h('fieldset', {}, h('legend', {}, 'Sections'), EMBED_SECTIONS.map(check)),
+    h('label', {}, 'Card bias ', h('select', { name: 'param', onchange: (e) => { embed_choice.param = e.target.value; update(); } }, params_list.map((p) => h('option', { value: p, selected: p === embed_choice.param }, p)))),
+    h('label', {}, ' Theme ', h('select', { name: 'embed-theme', onchange: (e) => { embed_choice.theme = e.target.value; update(); } }, ['auto', 'light', 'dark'].map((t) => h('option', { value: t, selected: t === embed_choice.theme }, t)))),
+    text,
+    h('button', { type: 'button', class: 'small', onclick: async () => flash_status('header', (await copy_text(embed_snippet())) ? 'Embed snippet copied.' : 'Copy failed.') }, 'Copy'),
+    h('button', { type: 'button', class: 'small', onclick: () => box.remove() }, 'Close'),
+  );
+  update();
 }
 
 function embed_snippet() {
@@ -694,6 +733,7 @@ function wire_controls() {
     flash_status('header', ok ? `Link copied.${invalid_note()}` : 'Copy failed: copy the address bar instead.');
   });
   $('copy-embed').addEventListener('click', async () => {
+    open_embed_builder();
     const ok = await copy_text(embed_snippet());
     flash_status('header', ok ? `Embed snippet copied (see docs/embed.md for the height listener).${invalid_note()}` : 'Copy failed.');
   });

@@ -5,7 +5,6 @@ import FORMULAS from 'virtual:formulas';
 
 import { h, clear, download } from './dom.js';
 import { bias_table, fold_table, minimal_table, invariance_table, to_markdown, to_csv, fmt_int, VERDICT_TEXT, is_undetermined, redundant_dims, undetermined_reason, bias_notes } from './table-model.js';
-import { render_sweep } from './sweep-plot.js';
 import { term, column_term } from './glossary.js';
 
 // Symbols keep the verdicts apart without colour: ○ nothing of it matters, ◐ part of it, ● all of
@@ -75,12 +74,42 @@ const CELLS = {
   },
 };
 
+// The columns a table shows in a narrow container (under 1100 px: a blog column, the desktop's
+// results column, a phone); the others appear with "All columns" (kept across re-analyses),
+// and a bias row's detail panel lists them too.
+const KEY_COLUMNS = {
+  biases: ['param', 'verdict', 'redundant', 'max_abs_delta'],
+  folds: ['rule', 'formula', 'exact'],
+  minimal: ['step', 'rule', 'where'],
+  invariances: ['probe', 'layer', 'holds', 'agrees'],
+};
+const all_columns = new Set();
+
 function table_section(table, file_stem, extra_head = null, extra_body = null) {
   const title_id = `table-${table.id}-title`;
   const cells = CELLS[table.id] ?? {};
+  const keep = KEY_COLUMNS[table.id];
+  const opt = (c) => (keep && !keep.includes(c.key) ? 'col-extra' : '');
+  const hidden = keep ? table.columns.filter((c) => !keep.includes(c.key)).length : 0;
+  const more = hidden && table.rows.length
+    ? h('button', {
+        type: 'button',
+        class: 'small more-columns',
+        'aria-pressed': String(all_columns.has(table.id)),
+        title: `Show the ${hidden} other column${hidden === 1 ? '' : 's'} (the table then scrolls sideways)`,
+        onclick: (e) => {
+          const on = !all_columns.has(table.id);
+          if (on) all_columns.add(table.id);
+          else all_columns.delete(table.id);
+          e.currentTarget.setAttribute('aria-pressed', String(on));
+          e.currentTarget.closest('.result-section').classList.toggle('all-columns', on);
+        },
+      }, `All columns (+${hidden})`)
+    : null;
   const exports = h(
     'span',
     { class: 'exports' },
+    more,
     h('button', { type: 'button', class: 'small', 'aria-label': `Download the ${table.title} table as Markdown`, onclick: () => download(`${file_stem()}-${table.id}.md`, to_markdown(table), 'text/markdown') }, 'Markdown'),
     h('button', { type: 'button', class: 'small', 'aria-label': `Download the ${table.title} table as CSV`, onclick: () => download(`${file_stem()}-${table.id}.csv`, to_csv(table), 'text/csv') }, 'CSV'),
   );
@@ -91,12 +120,12 @@ function table_section(table, file_stem, extra_head = null, extra_body = null) {
         h(
           'table',
           { class: `report-table table-${table.id}`, dataset: { table: table.id } },
-          h('thead', {}, h('tr', {}, table.columns.map((c) => h('th', { scope: 'col', class: c.numeric ? 'num' : '' }, column_term(table.id, c.key) ? term(column_term(table.id, c.key), c.label) : c.label)))),
+          h('thead', {}, h('tr', {}, table.columns.map((c) => h('th', { scope: 'col', class: [c.numeric ? 'num' : '', opt(c)].join(' ').trim() || null }, column_term(table.id, c.key) ? term(column_term(table.id, c.key), c.label) : c.label)))),
           h(
             'tbody',
             {},
             table.rows.map((r) =>
-              h('tr', {}, table.columns.map((c, i) => h(i === 0 ? 'th' : 'td', { scope: i === 0 ? 'row' : null, class: [c.numeric ? 'num' : '', `col-${c.key}`].join(' '), dataset: { col: c.key } }, cells[c.key] ? cells[c.key](r) : c.text(r)))),
+              h('tr', {}, table.columns.map((c, i) => h(i === 0 ? 'th' : 'td', { scope: i === 0 ? 'row' : null, class: [c.numeric ? 'num' : '', `col-${c.key}`, opt(c)].join(' ').trim(), dataset: { col: c.key } }, cells[c.key] ? cells[c.key](r) : c.text(r)))),
             ),
           ),
         ),
@@ -104,10 +133,11 @@ function table_section(table, file_stem, extra_head = null, extra_body = null) {
     : h('p', { class: 'muted' }, 'None for this experiment.');
   return h(
     'section',
-    { class: 'result-section', id: `section-${table.id}`, 'aria-labelledby': title_id },
+    { class: `result-section${all_columns.has(table.id) ? ' all-columns' : ''}`, id: `section-${table.id}`, 'aria-labelledby': title_id },
     h('div', { class: 'section-head' }, h('h2', { id: title_id }, table.title), exports),
     table.caption ? h('p', { class: 'caption' }, table.caption) : null,
     extra_head,
+    more ? h('p', { class: 'caption scroll-hint' }, 'All columns: the table scrolls sideways →') : null,
     body,
     extra_body,
   );
@@ -165,7 +195,7 @@ function toggle_detail(button, report, open = button.getAttribute('aria-expanded
  * @param {{ms?: number, on_load_minimal?: (config: object) => void, embed?: boolean,
  *          file_stem?: () => string}} options file_stem: downloads are named `${file_stem()}-biases.md`
  */
-export function render_results(root, report, { ms, on_load_minimal, embed = false, file_stem = () => 'biaslab' } = {}) {
+export function render_results(root, report, { ms, on_load_minimal, embed = false, file_stem = () => 'biaslab', show = null, param = null } = {}) {
   plot?.destroy();
   plot = null;
   for (const d of detail_handles) d.destroy();
@@ -199,8 +229,14 @@ export function render_results(root, report, { ms, on_load_minimal, embed = fals
     table_section(fold_table(report), file_stem),
     table_section(minimal_table(report), file_stem, null, load_minimal),
     table_section(invariance_table(report), file_stem),
+    show?.has('card') ? card_section(report, param) : null,
   );
-  plot = render_sweep(plot_root, report);
+  // An embed's `show=`: the chosen sections only (folds brings the minimal model along).
+  if (show) {
+    const keep = new Set([...show, ...(show.has('folds') ? ['minimal'] : [])]);
+    for (const id of ['biases', 'sweep', 'folds', 'minimal', 'invariances']) root.querySelector(`#section-${id}`)?.toggleAttribute('hidden', !keep.has(id));
+  }
+  if (!show || show.has('sweep')) plot = lazy_sweep(plot_root, report);
   const biases = root.querySelector('#section-biases');
   biases?.addEventListener('click', (e) => {
     const button = e.target.closest('button.row-toggle');
@@ -210,11 +246,48 @@ export function render_results(root, report, { ms, on_load_minimal, embed = fals
   for (const button of biases?.querySelectorAll('button.row-toggle') ?? []) if (open_details.has(button.dataset.param)) toggle_detail(button, report, true);
 }
 
+/** The sweep plot, its module (uPlot, about 22 KB gzip) fetched when a plot is first drawn, so
+ * it stays out of the first load and an embed without the sweep never fetches it. Same handle as
+ * render_sweep's. */
+function lazy_sweep(root, report, options) {
+  let handle = null;
+  let dead = false;
+  import('./sweep-plot.js').then(({ render_sweep }) => {
+    if (!dead) handle = render_sweep(root, report, options);
+  });
+  return {
+    destroy() {
+      dead = true;
+      handle?.destroy();
+    },
+    png: async () => (handle ? handle.png() : null),
+  };
+}
+
+let card_plot = null;
+/** `card` (embeds): one bias at a glance: its verdict, why, and its curve alone. */
+function card_section(report, param) {
+  card_plot?.destroy();
+  const row = report.biases?.find((b) => b.param === param) ?? report.biases?.[0];
+  if (!row) return h('section', { class: 'result-section', id: 'section-card' }, h('p', { class: 'muted' }, 'This experiment has no bias.'));
+  const plot_root = h('div', { class: 'plot detail-plot' });
+  const section = h(
+    'section',
+    { class: 'result-section card', id: 'section-card', 'aria-labelledby': 'card-title' },
+    h('h2', { id: 'card-title' }, h('code', {}, row.param), ' ', CELLS.biases.verdict(row)),
+    h('p', {}, `${redundant_dims(row)} of ${row.size} directions redundant. `, row.why ?? ''),
+    bias_notes(row).map((n) => h('p', { class: `note note-${n.label.toLowerCase()}` }, h('strong', {}, `${n.label}: `), n.text)),
+    plot_root,
+  );
+  card_plot = lazy_sweep(plot_root, report, { only: row.param });
+  return section;
+}
+
 /** Re-draws the plot (its colours come from CSS, which changes with the theme). */
 export function refresh_plot(root, report) {
   const plot_root = root.querySelector('.plot');
   if (!plot_root || !report) return;
   plot?.destroy();
   plot_root.replaceChildren();
-  plot = render_sweep(plot_root, report);
+  plot = lazy_sweep(plot_root, report);
 }

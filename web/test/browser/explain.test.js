@@ -12,13 +12,17 @@ const tip = (page) => page.evaluate(() => {
   const t = document.getElementById('term-tip');
   return t && !t.hidden ? t.textContent : '';
 });
-/** The glossary: [{id, term, text}] read from the page. */
-const glossary = (page) => page.$$eval('#glossary dt', (dts) => dts.map((dt) => ({ id: dt.id, term: dt.textContent.trim(), text: dt.nextElementSibling?.textContent.trim() ?? '' })));
+/** The glossary: [{id, term, text}] read from the page (its texts arrive on demand or at idle). */
+const glossary = async (page) => {
+  await page.waitForFunction(() => document.querySelectorAll('#glossary dt').length > 0);
+  return page.$$eval('#glossary dt', (dts) => dts.map((dt) => ({ id: dt.id, term: dt.textContent.trim(), text: dt.nextElementSibling?.textContent.trim() ?? '' })));
+};
 
 test('explain: every column header of every table has a tooltip and a glossary entry that names it', async () => {
   const { page, problems } = await env.open();
   const entries = await glossary(page);
   assert.ok(entries.length > 0, 'the page has a glossary');
+  for (const b of await page.locator('button.more-columns').all()) await b.click(); // every column
   const headers = await page.$$eval('#results-body table thead th', (ths) => ths.map((th, i) => ({ i, text: th.innerText.trim(), table: th.closest('table').dataset.table, term: th.querySelector('.term')?.dataset.term ?? null })));
   assert.ok(headers.length >= 25, `${headers.length} headers`);
   for (const hd of headers) {
@@ -47,6 +51,7 @@ test('explain: every column header of every table has a tooltip and a glossary e
   // Following the link opens the glossary at the entry and leaves the experiment's link alone.
   const hash = await page.evaluate(() => location.hash);
   await links.nth(6).press('Enter');
+  await page.waitForFunction(() => document.activeElement.id === 'g-vs_floor');
   assert.equal(await page.evaluate(() => document.getElementById('glossary-details').open), true);
   assert.equal(await page.evaluate(() => document.activeElement.id), 'g-vs_floor');
   assert.equal(await page.evaluate(() => location.hash), hash);

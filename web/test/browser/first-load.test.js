@@ -1,0 +1,40 @@
+// First load (issue 12): wasm + JS within budget (320 KB gzip) with room for the embind change
+// (3-4 KB): the glossary's texts are fetched on demand, and tooltips and the glossary still work
+// from the first hover, keyboard focus or opening.
+import { test } from 'node:test';
+import assert from 'node:assert/strict';
+import { readFileSync } from 'node:fs';
+import { resolve } from 'node:path';
+
+import { dist_sizes, kind } from '../../bench/sizes.mjs';
+import { use_page, DIST } from '../support/page.js';
+
+const env = use_page();
+const FIRST_LOAD = (rows) => rows.filter((r) => ['wasm', 'loader', 'js'].includes(kind(r.file)));
+
+test('first load: wasm + JS at most 313 KB gzip (was 317.1), the glossary texts not in it', () => {
+  const rows = FIRST_LOAD(dist_sizes(DIST));
+  const gzip = rows.reduce((a, r) => a + r.gzip, 0) / 1024;
+  assert.ok(gzip <= 313, `first-load wasm + JS is ${gzip.toFixed(1)} KB gzip`);
+  for (const r of rows.filter((r) => /\.js$/.test(r.file)))
+    assert.ok(!readFileSync(resolve(DIST, r.file), 'utf8').includes('Moving the bias by a random vector'), `${r.file} carries the glossary texts`);
+});
+
+test('first load: a term link shows its text on keyboard focus and hover, and the glossary lists every entry when opened', async () => {
+  const { page, problems } = await env.open();
+  const link = page.locator('#results-body table thead th .term').first();
+  await link.focus();
+  await page.waitForFunction(() => /Bias: The bias as a PyTorch state-dict name/.test(document.getElementById('term-tip')?.textContent ?? ''));
+  assert.equal(await page.isVisible('#term-tip'), true);
+  await page.keyboard.press('Escape');
+  await page.locator('table.table-biases .col-verdict .term').first().hover();
+  await page.waitForFunction(() => !document.getElementById('term-tip').hidden && /Moving the bias|random move|A limit/.test(document.getElementById('term-tip').textContent));
+  await page.mouse.move(1, 1);
+  await page.locator('#glossary summary').click();
+  await page.waitForFunction(() => document.querySelectorAll('#glossary dt').length >= 30);
+  assert.equal(await page.evaluate(() => document.getElementById('glossary-details').open), true);
+  // screen readers: the link's description exists once the texts are in
+  assert.equal(await link.evaluate((el) => document.getElementById(el.getAttribute('aria-describedby'))?.textContent.length > 20), true);
+  assert.deepEqual(problems, []);
+  await page.close();
+});
