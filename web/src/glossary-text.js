@@ -11,7 +11,7 @@ export const GLOSSARY = [
       { id: 'redundant', term: 'redundant', text: 'Moving the bias by a random vector (RMS 1 per entry) changes the output by no more than the noise floor: within rounding, the bias does nothing, and it can be dropped or folded away.' },
       { id: 'partly_redundant', term: 'partly redundant', text: 'The random move changes the output beyond the noise floor, but a move inside the bias\'s redundant directions (the k of "k of n") stays below it: k directions do nothing, the other n − k matter.' },
       { id: 'effective', term: 'effective', text: 'The random move changes the output beyond the noise floor, and no move inside redundant directions was shown to stay below it: the bias matters.' },
-      { id: 'undetermined', term: 'undetermined', text: 'A limit (4,096 inputs, or the compute budget per bias) stopped the structural analysis before its stop rule held. The row gives bounds, "min-max of n": at least min and at most max directions are redundant, because the rank found so far is only a lower bound on the true rank.' },
+      { id: 'undetermined', term: 'undetermined', text: 'The structural analysis could not settle the redundant dimension, so the row gives bounds, "min-max of n": at least min and at most max directions are redundant. Either a limit (4,096 inputs, or the compute budget per bias) ran out before a stop rule held, or a ReLU lies on the way and some unit was never active (dead, or only rarely active: sampling cannot tell), or a finite move along the null directions found changed the output (a region of inputs the sample missed may act along them). The rank found is certain in every case; the reason is in the row.' },
     ],
   },
   {
