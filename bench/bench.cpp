@@ -9,9 +9,9 @@
 #include <string>
 #include <vector>
 
-#include "core/analyze.hpp"
-#include "core/config.hpp"
-#include "core/presets.hpp"
+#include "analysis/analyze.hpp"
+#include "model/config.hpp"
+#include "model/presets.hpp"
 #include "cli/native_setup.hpp"
 
 int main(int argc, char** argv) {

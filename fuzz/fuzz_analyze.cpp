@@ -22,8 +22,8 @@
 #include <vector>
 
 #include "check.hpp"
-#include "core/analyze.hpp"
-#include "core/config.hpp"
+#include "analysis/analyze.hpp"
+#include "model/config.hpp"
 
 using namespace biaslab;
 

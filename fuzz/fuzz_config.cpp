@@ -11,7 +11,7 @@
 #include <string>
 
 #include "check.hpp"
-#include "core/config.hpp"
+#include "model/config.hpp"
 
 using namespace biaslab;
 

@@ -20,8 +20,8 @@
 #include <vector>
 
 #include "check.hpp"
-#include "core/config.hpp"
-#include "core/safetensors.hpp"
+#include "model/config.hpp"
+#include "export/safetensors.hpp"
 
 using namespace biaslab;
 

@@ -12,11 +12,11 @@
 
 #include <doctest/doctest.h>
 
-#include "core/analyze.hpp"
-#include "core/config.hpp"
-#include "core/forward.hpp"
+#include "analysis/analyze.hpp"
+#include "model/config.hpp"
+#include "model/forward.hpp"
 #include "core/json.hpp"
-#include "core/model.hpp"
+#include "model/model.hpp"
 
 namespace biaslab::test {
 

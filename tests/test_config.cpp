@@ -9,7 +9,7 @@
 #include <string>
 #include <vector>
 
-#include "core/config.hpp"
+#include "model/config.hpp"
 
 using namespace biaslab;
 using json = biaslab::Json;

@@ -1,9 +1,9 @@
 // The script + weights bundle that the page downloads.
 #include <string>
 
-#include "core/presets.hpp"
-#include "core/safetensors.hpp"
-#include "core/torch_export.hpp"
+#include "model/presets.hpp"
+#include "export/safetensors.hpp"
+#include "export/torch_export.hpp"
 #include "support.hpp"
 
 using namespace biaslab;

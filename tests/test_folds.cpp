@@ -8,9 +8,9 @@
 #include <string>
 #include <vector>
 
-#include "core/folds.hpp"
-#include "core/measure.hpp"
-#include "core/presets.hpp"
+#include "folds/folds.hpp"
+#include "analysis/measure.hpp"
+#include "model/presets.hpp"
 #include "support.hpp"
 
 using namespace biaslab;

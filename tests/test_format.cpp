@@ -6,7 +6,7 @@
 #include <string>
 #include <vector>
 
-#include "core/format.hpp"
+#include "analysis/format.hpp"
 #include "core/json.hpp"
 
 using namespace biaslab;

@@ -6,8 +6,8 @@
 #include <cmath>
 #include <string>
 
-#include "core/forward.hpp"
-#include "core/presets.hpp"
+#include "model/forward.hpp"
+#include "model/presets.hpp"
 #include "support.hpp"
 
 using namespace biaslab;

@@ -5,8 +5,8 @@
 #include <numeric>
 #include <string>
 
-#include "core/measure.hpp"
-#include "core/presets.hpp"
+#include "analysis/measure.hpp"
+#include "model/presets.hpp"
 #include "support.hpp"
 
 using namespace biaslab;

@@ -7,7 +7,7 @@
 #include <string>
 #include <vector>
 
-#include "core/jvp.hpp"
+#include "model/jvp.hpp"
 #include "core/rng.hpp"
 #include "support.hpp"
 

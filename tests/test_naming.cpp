@@ -7,8 +7,8 @@
 #include <string>
 #include <vector>
 
-#include "core/folds.hpp"
-#include "core/presets.hpp"
+#include "folds/folds.hpp"
+#include "model/presets.hpp"
 #include "support.hpp"
 
 using namespace biaslab;

@@ -8,8 +8,8 @@
 #include <limits>
 #include <string>
 
-#include "core/config.hpp"
-#include "core/safetensors.hpp"
+#include "model/config.hpp"
+#include "export/safetensors.hpp"
 
 using namespace biaslab;
 

@@ -5,9 +5,9 @@
 #include <cmath>
 #include <string>
 
-#include "core/measure.hpp"
-#include "core/presets.hpp"
-#include "core/structure.hpp"
+#include "analysis/measure.hpp"
+#include "model/presets.hpp"
+#include "analysis/structure.hpp"
 #include "support.hpp"
 
 using namespace biaslab;

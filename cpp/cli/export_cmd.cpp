@@ -6,10 +6,10 @@
 #include <iostream>
 #include <sstream>
 
-#include "core/config.hpp"
-#include "core/presets.hpp"
-#include "core/safetensors.hpp"
-#include "core/torch_export.hpp"
+#include "model/config.hpp"
+#include "model/presets.hpp"
+#include "export/safetensors.hpp"
+#include "export/torch_export.hpp"
 
 namespace biaslab_cli {
 

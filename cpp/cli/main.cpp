@@ -15,10 +15,10 @@
 #include <string>
 #include <vector>
 
-#include "core/analyze.hpp"
-#include "core/config.hpp"
-#include "core/format.hpp"
-#include "core/presets.hpp"
+#include "analysis/analyze.hpp"
+#include "model/config.hpp"
+#include "analysis/format.hpp"
+#include "model/presets.hpp"
 #include "export_cmd.hpp"
 #include "io.hpp"
 #include "native_setup.hpp"

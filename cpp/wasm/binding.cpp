@@ -20,12 +20,12 @@
 
 #include <string>
 
-#include "core/analyze.hpp"
-#include "core/config.hpp"
-#include "core/folds.hpp"
+#include "analysis/analyze.hpp"
+#include "model/config.hpp"
+#include "folds/folds.hpp"
 #include "core/json.hpp"
-#include "core/presets.hpp"
-#include "core/torch_export.hpp"
+#include "model/presets.hpp"
+#include "export/torch_export.hpp"
 
 namespace {
 

@@ -10,7 +10,7 @@
 
 #include <vector>
 
-#include "core/model.hpp"
+#include "model/model.hpp"
 
 namespace biaslab {
 

@@ -1,7 +1,7 @@
 // Helpers the analyses share (analysis.hpp).
 #include <cctype>
 
-#include "core/analysis.hpp"
+#include "analysis/analysis.hpp"
 #include "core/cold.hpp"
 #include "core/rng.hpp"
 

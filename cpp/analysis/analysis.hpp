@@ -13,11 +13,11 @@
 #include <string>
 #include <vector>
 
-#include "core/analyze.hpp"
-#include "core/folds.hpp"
-#include "core/measure.hpp"
-#include "core/model.hpp"
-#include "core/structure.hpp"
+#include "analysis/analyze.hpp"
+#include "folds/folds.hpp"
+#include "analysis/measure.hpp"
+#include "model/model.hpp"
+#include "analysis/structure.hpp"
 
 namespace biaslab::analysis {
 

@@ -1,4 +1,4 @@
-#include "core/safetensors.hpp"
+#include "export/safetensors.hpp"
 
 #include <algorithm>
 #include <cmath>

@@ -6,8 +6,8 @@
 
 #include "core/json.hpp"
 
-#include "core/config.hpp"
-#include "core/structure.hpp"
+#include "model/config.hpp"
+#include "analysis/structure.hpp"
 
 namespace biaslab {
 

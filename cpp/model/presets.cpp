@@ -1,4 +1,4 @@
-#include "core/presets.hpp"
+#include "model/presets.hpp"
 
 namespace biaslab {
 

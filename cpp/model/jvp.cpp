@@ -1,4 +1,4 @@
-#include "core/jvp.hpp"
+#include "model/jvp.hpp"
 
 #include <cmath>
 #include <optional>

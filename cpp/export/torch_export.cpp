@@ -4,16 +4,16 @@
 // (found by the engine's own fold rules, so the script checks the same folds the report lists).
 // Only the classes and fold helpers a config uses are emitted, so a small experiment gives a
 // small script.
-#include "core/torch_export.hpp"
-#include "core/safetensors.hpp"
+#include "export/torch_export.hpp"
+#include "export/safetensors.hpp"
 
 #include <cstdio>
 #include <cstdlib>
 #include <exception>
 #include <set>
 
-#include "core/folds.hpp"
-#include "core/forward.hpp"
+#include "folds/folds.hpp"
+#include "model/forward.hpp"
 #include "torch_python.hpp"  // generated from python/biaslab_torch/*.py
 
 namespace biaslab {

@@ -10,7 +10,7 @@
 // tangent stay 0.0), which the structural analysis uses to split its rank computation.
 #pragma once
 
-#include "core/forward.hpp"
+#include "model/forward.hpp"
 
 namespace biaslab {
 

@@ -1,6 +1,6 @@
 // analyze(): the pipeline of the analyses (analysis.hpp, one file each) and the report built
 // from their results, with its summary, structural notes and work figures.
-#include "core/analyze.hpp"
+#include "analysis/analyze.hpp"
 
 #include <algorithm>
 #include <chrono>
@@ -9,9 +9,9 @@
 #include <new>
 #include <optional>
 
-#include "core/analysis.hpp"
+#include "analysis/analysis.hpp"
 #include "core/cold.hpp"
-#include "core/folds.hpp"
+#include "folds/folds.hpp"
 
 namespace biaslab {
 

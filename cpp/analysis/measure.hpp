@@ -16,7 +16,7 @@
 
 #include <optional>
 
-#include "core/forward.hpp"
+#include "model/forward.hpp"
 
 namespace biaslab {
 

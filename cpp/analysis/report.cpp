@@ -3,7 +3,7 @@
 #include <algorithm>
 #include <string>
 
-#include "core/analysis.hpp"
+#include "analysis/analysis.hpp"
 #include "core/cold.hpp"
 
 namespace biaslab::analysis {

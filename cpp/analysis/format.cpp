@@ -1,4 +1,4 @@
-#include "core/format.hpp"
+#include "analysis/format.hpp"
 
 #include <algorithm>
 #include <cmath>

@@ -17,7 +17,7 @@
 #include <utility>
 #include <vector>
 
-#include "core/model.hpp"
+#include "model/model.hpp"
 #include "core/status.hpp"
 
 namespace biaslab {

@@ -17,7 +17,7 @@
 #include <functional>
 #include <vector>
 
-#include "core/jvp.hpp"
+#include "model/jvp.hpp"
 
 namespace biaslab {
 

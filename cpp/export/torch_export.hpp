@@ -12,8 +12,8 @@
 
 #include <string>
 
-#include "core/config.hpp"
-#include "core/model.hpp"
+#include "model/config.hpp"
+#include "model/model.hpp"
 
 #include "core/json.hpp"
 

@@ -1,4 +1,4 @@
-#include "core/folds.hpp"
+#include "folds/folds.hpp"
 
 #include <cmath>
 

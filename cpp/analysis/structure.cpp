@@ -1,4 +1,4 @@
-#include "core/structure.hpp"
+#include "analysis/structure.hpp"
 
 #include <algorithm>
 #include <cmath>

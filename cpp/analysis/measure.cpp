@@ -1,4 +1,4 @@
-#include "core/measure.hpp"
+#include "analysis/measure.hpp"
 
 #include <algorithm>
 #include <cmath>

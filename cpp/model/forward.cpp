@@ -1,4 +1,4 @@
-#include "core/forward.hpp"
+#include "model/forward.hpp"
 
 #include <algorithm>
 #include <cmath>

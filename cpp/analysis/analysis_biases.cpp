@@ -6,7 +6,7 @@
 #include <Eigen/QR>
 #include <Eigen/SVD>
 
-#include "core/analysis.hpp"
+#include "analysis/analysis.hpp"
 #include "core/cold.hpp"
 #include "core/rng.hpp"
 

@@ -1,9 +1,9 @@
 // The folds: every candidate rewrite applied to a copy and measured; the smallest equivalent model.
 #include <algorithm>
 
-#include "core/analysis.hpp"
+#include "analysis/analysis.hpp"
 #include "core/cold.hpp"
-#include "core/folds.hpp"
+#include "folds/folds.hpp"
 
 namespace biaslab::analysis {
 

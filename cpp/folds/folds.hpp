@@ -6,7 +6,7 @@
 #include <string>
 #include <vector>
 
-#include "core/model.hpp"
+#include "model/model.hpp"
 
 namespace biaslab {
 

@@ -2,9 +2,9 @@
 #include <algorithm>
 #include <numeric>
 
-#include "core/analysis.hpp"
+#include "analysis/analysis.hpp"
 #include "core/cold.hpp"
-#include "core/forward.hpp"
+#include "model/forward.hpp"
 #include "core/rng.hpp"
 
 namespace biaslab::analysis {

@@ -1,7 +1,7 @@
 // The experiment config, format v1. Everything here is driven by two tables: kLayerOptions (every
 // option of every layer type) and kTopFields (the top-level fields). Parsing, printing, defaults,
 // equality and the schema JSON all walk those tables; no other list of options exists.
-#include "core/config.hpp"
+#include "model/config.hpp"
 
 #include <algorithm>
 #include <cmath>

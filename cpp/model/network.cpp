@@ -2,7 +2,7 @@
 #include <cmath>
 
 #include "core/cold.hpp"
-#include "core/model.hpp"
+#include "model/model.hpp"
 #include "core/rng.hpp"
 
 namespace biaslab {

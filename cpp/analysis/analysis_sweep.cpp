@@ -2,7 +2,7 @@
 #include <cmath>
 #include <limits>
 
-#include "core/analysis.hpp"
+#include "analysis/analysis.hpp"
 #include "core/cold.hpp"
 #include "core/rng.hpp"
 

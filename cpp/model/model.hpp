@@ -15,7 +15,7 @@
 
 #include <Eigen/Dense>
 
-#include "core/config.hpp"
+#include "model/config.hpp"
 
 namespace biaslab {
 
