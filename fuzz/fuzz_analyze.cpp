@@ -23,6 +23,7 @@
 
 #include "check.hpp"
 #include "analysis/analyze.hpp"
+#include "layers/layer.hpp"
 #include "model/config.hpp"
 
 using namespace biaslab;
@@ -161,19 +162,17 @@ void mutate_options(LayerConfig& l, Rng& rng) {
     case LayerType::gelu:
       l.approximate = l.approximate == GeluApprox::none ? GeluApprox::tanh : GeluApprox::none;
       break;
-    case LayerType::relu:
-    case LayerType::softmax:
-    case LayerType::residual:
+    default:  // kinds without options (relu, silu, softmax) and residual (its body is edited apart)
       break;
   }
 }
 
 LayerConfig random_layer(Rng& rng) {
-  const LayerType types[] = {LayerType::linear,       LayerType::layernorm, LayerType::rmsnorm,
-                             LayerType::batchnorm,    LayerType::groupnorm, LayerType::instancenorm,
-                             LayerType::attention,    LayerType::relu,      LayerType::gelu,
-                             LayerType::softmax};
-  LayerConfig l = make_layer(pick(rng, types));
+  // Every registered kind but those with a body (mutate_config builds residual blocks).
+  std::vector<LayerType> types;
+  for (const LayerKind* k : layer_kinds())
+    if (!k->has_body) types.push_back(k->type);
+  LayerConfig l = make_layer(types[rng() % types.size()]);
   if (rng() % 2) mutate_options(l, rng);
   return l;
 }
@@ -182,7 +181,7 @@ LayerConfig random_layer(Rng& rng) {
 void layer_lists(std::vector<LayerConfig>& list, std::vector<std::vector<LayerConfig>*>& out) {
   out.push_back(&list);
   for (LayerConfig& l : list)
-    if (l.type == LayerType::residual) layer_lists(l.body, out);
+    if (layer_kind(l.type).has_body) layer_lists(l.body, out);
 }
 
 // One edit. Widths and divisibility are not kept on purpose: the parser must reject the misfits.

@@ -7,6 +7,7 @@
 #include <Eigen/SVD>
 
 #include "analysis/analysis.hpp"
+#include "layers/layer.hpp"
 #include "core/cold.hpp"
 #include "core/rng.hpp"
 
@@ -56,26 +57,8 @@ BIASLAB_COLD std::string explain(const Model& m, const ModelParam& p, int k, int
     break;
   }
   if (!at) return via + "added to the output";
-  switch (at->kind) {
-    case OpKind::norm:
-      switch (at->norm) {
-        case NormKind::batch_train: return via + "BatchNorm (train) subtracts each feature's batch mean";
-        case NormKind::batch_eval:
-          return via + "BatchNorm (eval) uses running statistics: nothing subtracts it (it fuses into the BatchNorm shift)";
-        case NormKind::layer: return via + "LayerNorm subtracts each token's mean: only the all-ones direction cancels";
-        case NormKind::rms: return via + "RMSNorm does not centre (it is only scale invariant)";
-        case NormKind::group: return via + "GroupNorm subtracts each group's mean: the group-constant part cancels";
-        case NormKind::instance: return via + "InstanceNorm subtracts each feature's mean over the tokens";
-      }
-      break;
-    case OpKind::softmax: return via + "softmax is shift invariant: the all-ones direction cancels";
-    case OpKind::activation:
-      return via + (k > 0 ? "a nonlinearity follows: directions it never passes (inactive units) are lost"
-                          : "a nonlinearity follows: every direction changes the output");
-    case OpKind::attention: return via + "feeds the projections of an attention layer";
-    case OpKind::residual_begin: return via + "feeds a residual block";
-    default: break;
-  }
+  // The layer the op belongs to says what it does to a bias that reaches it.
+  if (at->layer_kind && at->layer_kind->explain_incoming) return via + at->layer_kind->explain_incoming(*at, k);
   return via + "passes on to the output";
 }
 

@@ -1,4 +1,5 @@
 #include "analysis/structure.hpp"
+#include "layers/ops.hpp"
 
 #include <algorithm>
 #include <cmath>
@@ -281,7 +282,7 @@ Structure StructureSolver::solve(int param, const std::function<bool()>& cancell
   // Kinks on the tangent's way: their units' activity is tracked per input.
   std::vector<int> kinks;
   for (int i = start; i < cut; ++i)
-    if (m_.ops[i].kind == OpKind::activation && m_.ops[i].act == LayerType::relu) kinks.push_back(i);
+    if (m_.ops[i].kind == OpKind::activation && m_.ops[i].act->kinked) kinks.push_back(i);
   out.kinked = !kinks.empty();
   std::vector<std::vector<int>> active_inputs(kinks.size());  // per unit: inputs that activated it
   for (size_t i = 0; i < kinks.size(); ++i) active_inputs[i].assign(static_cast<size_t>(m_.ops[kinks[i]].in), 0);

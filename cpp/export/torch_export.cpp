@@ -13,6 +13,7 @@
 #include <set>
 
 #include "folds/folds.hpp"
+#include "layers/layer.hpp"
 #include "model/forward.hpp"
 #include "torch_python.hpp"  // generated from python/biaslab_torch/*.py
 
@@ -40,20 +41,6 @@ const char* const kFoldBanner = R"(
 // ---------------------------------------------------------------------------------------------
 // Generated parts
 // ---------------------------------------------------------------------------------------------
-
-// The shortest decimal that reads back as the same double (Python parses it identically).
-std::string py_float(double v) {
-  char buf[40];
-  for (int p = 1; p <= 17; ++p) {
-    std::snprintf(buf, sizeof buf, "%.*g", p, v);
-    if (std::strtod(buf, nullptr) == v) break;
-  }
-  std::string s = buf;
-  if (s.find_first_of(".eEn") == std::string::npos) s += ".0";
-  return s;
-}
-
-const char* py_bool(bool b) { return b ? "True" : "False"; }
 
 // Compact JSON with spaces after separators and "type" first, as people write configs.
 std::string config_text(const Json& j) {
@@ -87,75 +74,19 @@ std::string config_lines(const ExperimentConfig& config) {
   return s + "]}";
 }
 
-struct Needs {
-  bool attention = false, rmsnorm = false, ln_without_bias = false, batchnorm = false,
-       groupnorm = false, instancenorm = false, residual = false;
-};
-
-void scan(const std::vector<LayerConfig>& layers, Needs& n) {
-  for (const auto& l : layers) {
-    switch (l.type) {
-      case LayerType::attention: n.attention = true; break;
-      case LayerType::rmsnorm: n.rmsnorm = true; break;
-      case LayerType::layernorm: n.ln_without_bias |= l.elementwise_affine && !l.bias; break;
-      case LayerType::batchnorm: n.batchnorm = true; break;
-      case LayerType::groupnorm: n.groupnorm = true; break;
-      case LayerType::instancenorm: n.instancenorm = true; break;
-      case LayerType::residual:
-        n.residual = true;
-        scan(l.body, n);
-        break;
-      default: break;
-    }
-  }
-}
-
-// One layer's constructor expression; residual bodies are written out nested.
-void emit_layers(const std::vector<LayerNode>& nodes, int indent, std::string& out) {
+// One layer's constructor expression, from its kind; bodies are written out nested.
+void emit_layers(const std::vector<LayerNode>& nodes, int indent, std::string& out, TorchNeeds& needs) {
   const std::string pad(indent, ' ');
   for (const LayerNode& node : nodes) {
-    const LayerConfig& c = node.cfg;
-    const std::string F = std::to_string(node.in_width);
-    const std::string eps = py_float(c.eps);
-    std::string e;
-    switch (c.type) {
-      case LayerType::linear:
-        e = "nn.Linear(" + F + ", " + std::to_string(node.out_width) + ", bias=" + py_bool(c.bias) + ")";
-        break;
-      case LayerType::layernorm:
-        if (c.elementwise_affine && !c.bias) e = "layer_norm_without_bias(" + F + ", eps=" + eps + ")";
-        else e = "nn.LayerNorm(" + F + ", eps=" + eps + (c.elementwise_affine ? "" : ", elementwise_affine=False") + ")";
-        break;
-      case LayerType::rmsnorm:
-        e = "RMSNorm(" + F + ", eps=" + eps + ", elementwise_affine=" + py_bool(c.elementwise_affine) + ")";
-        break;
-      case LayerType::batchnorm:
-        e = "batch_norm(" + F + ", eps=" + eps + ", affine=" + py_bool(c.affine) + ", mode=\"" +
-            (c.mode == BatchNormMode::train ? "train" : "eval") + "\")";
-        break;
-      case LayerType::groupnorm:
-        e = "GroupNorm(" + std::to_string(c.num_groups) + ", " + F + ", eps=" + eps + ", affine=" + py_bool(c.affine) + ")";
-        break;
-      case LayerType::instancenorm:
-        e = "InstanceNorm1d(" + F + ", eps=" + eps + ", affine=" + py_bool(c.affine) + ")";
-        break;
-      case LayerType::attention:
-        e = "Attention(" + F + ", num_heads=" + std::to_string(c.num_heads) + ", q_bias=" + py_bool(c.q_bias) +
-            ", k_bias=" + py_bool(c.k_bias) + ", v_bias=" + py_bool(c.v_bias) + ", o_bias=" + py_bool(c.o_bias) +
-            ", causal=" + py_bool(c.causal) + ", rope=" + py_bool(c.rope) + ")";
-        break;
-      case LayerType::relu: e = "nn.ReLU()"; break;
-      case LayerType::gelu:
-        e = std::string("nn.GELU(approximate=\"") + (c.approximate == GeluApprox::tanh ? "tanh" : "none") + "\")";
-        break;
-      case LayerType::softmax: e = "nn.Softmax(dim=-1)"; break;
-      case LayerType::residual:
-        out += pad + "Residual([\n";
-        emit_layers(node.body, indent + 4, out);
-        out += pad + "]),\n";
-        continue;
+    const LayerKind& kind = layer_kind(node.cfg.type);
+    if (kind.has_body) {
+      needs.add("residual");
+      out += pad + "Residual([\n";
+      emit_layers(node.body, indent + 4, out, needs);
+      out += pad + "]),\n";
+      continue;
     }
-    out += pad + e + ",\n";
+    out += pad + kind.torch(node, needs) + ",\n";
   }
 }
 
@@ -175,13 +106,14 @@ const LayerNode& node_at(const Network& net, const FoldSite& site, int index) {
 std::string script(const ExperimentConfig& config, const TorchExportOptions& options) {
   Network net = build_network(config);
   sync_network(net);
-  Needs needs;
-  scan(config.layers, needs);
+  TorchNeeds needs;
+  std::string layers;
+  emit_layers(net.layers, 8, layers, needs);
   const auto folds = find_folds(net);
   std::set<std::string> rules;
   for (const auto& f : folds) rules.insert(f.rule->id);
   const bool uses_feeder = rules.count("drop_bias_before_norm") || rules.count("centre_bias_before_norm");
-  if (rules.count("layernorm_to_rmsnorm")) needs.rmsnorm = true;
+  if (rules.count("layernorm_to_rmsnorm")) needs.add("rmsnorm");
 
   const std::string title = options.title.empty() ? "A biaslab experiment" : options.title;
   const Shape& s = config.shape;
@@ -212,20 +144,22 @@ verdicts and folds are what should agree.
   out += "BATCH, TOKENS, FEATURES = " + std::to_string(s.batch) + ", " + std::to_string(s.tokens) + ", " +
          std::to_string(s.features) + "\n";
   out += kLayersBanner;
-  if (needs.attention) out += py::attention;
-  if (needs.rmsnorm) out += py::rmsnorm;
-  if (needs.ln_without_bias) out += py::layer_norm_without_bias;
-  if (needs.batchnorm || needs.groupnorm || needs.instancenorm) out += py::features_last;
-  if (needs.batchnorm) {
+  // The classes the layers named (TorchNeeds), in a fixed order; some have a variant for one
+  // token or one value.
+  if (needs.has("attention")) out += py::attention;
+  if (needs.has("rmsnorm")) out += py::rmsnorm;
+  if (needs.has("layer_norm_without_bias")) out += py::layer_norm_without_bias;
+  if (needs.has("batchnorm") || needs.has("groupnorm") || needs.has("instancenorm")) out += py::features_last;
+  if (needs.has("batchnorm")) {
     out += s.batch * s.tokens == 1 ? py::batchnorm_class_one_value : py::batchnorm_class;
     out += py::batch_norm;
   }
-  if (needs.groupnorm) out += py::groupnorm;
-  if (needs.instancenorm) out += s.tokens == 1 ? py::instancenorm_one_token : py::instancenorm;
-  if (needs.residual) out += py::residual;
+  if (needs.has("groupnorm")) out += py::groupnorm;
+  if (needs.has("instancenorm")) out += s.tokens == 1 ? py::instancenorm_one_token : py::instancenorm;
+  if (needs.has("residual")) out += py::residual;
   out += py::net;
   out += "\n\ndef build_model():\n    return Net([\n";
-  emit_layers(net.layers, 8, out);
+  out += layers;
   out += "    ])\n";
 
   if (!folds.empty()) {

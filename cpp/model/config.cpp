@@ -1,7 +1,11 @@
-// The experiment config, format v1. Everything here is driven by two tables: kLayerOptions (every
-// option of every layer type) and kTopFields (the top-level fields). Parsing, printing, defaults,
-// equality and the schema JSON all walk those tables; no other list of options exists.
+// The experiment config, format v1. Everything here is driven by two tables: the options each
+// layer kind lists (cpp/layers, through the registry) and kTopFields (the top-level fields).
+// Parsing, printing, defaults, equality and the schema JSON all walk those tables; no other list
+// of options exists.
 #include "model/config.hpp"
+
+#include "layers/layer.hpp"
+#include "layers/options.hpp"
 
 #include <algorithm>
 #include <cmath>
@@ -24,7 +28,7 @@ using json = Json;
 // The schema tables
 // ---------------------------------------------------------------------------------------------
 
-enum class Kind { boolean, integer, number, enumeration, layers };
+using Kind = SpecKind;
 
 const char* kind_name(Kind k) {
   switch (k) {
@@ -42,147 +46,7 @@ const char* kind_name(Kind k) {
   return "unknown";
 }
 
-// Describes one field of the format, independent of where it is stored.
-struct Spec {
-  const char* name;
-  Kind kind;
-  double def;                 // bool: 0/1; enum: index into values; layers: unused (empty list)
-  double min, max;            // int and number; layers: min is the least number of layers
-  bool min_exclusive;         // number: min itself is rejected (eps > 0)
-  const char* const* values;  // enum: names in the order of the C++ enum, nullptr-terminated
-  const char* unit;           // int limits: "5000 exceeds the limit of 1024 tokens"
-  const char* default_note;   // the default is not a literal value (out_features: the input width)
-  const char* help;           // one sentence for `biaslab schema` and the web form
-};
-
-constexpr Spec flag(const char* name, bool def, const char* help) {
-  return {name, Kind::boolean, def ? 1.0 : 0.0, 0, 0, false, nullptr, nullptr, nullptr, help};
-}
-constexpr Spec integer(const char* name, double def, double min, double max, const char* unit,
-                       const char* help, const char* default_note = nullptr) {
-  return {name, Kind::integer, def, min, max, false, nullptr, unit, default_note, help};
-}
-constexpr Spec number(const char* name, double def, double min, bool min_exclusive, double max,
-                      const char* help) {
-  return {name, Kind::number, def, min, max, min_exclusive, nullptr, nullptr, nullptr, help};
-}
-constexpr Spec choice(const char* name, const char* const* values, int def, const char* help) {
-  return {name, Kind::enumeration, static_cast<double>(def), 0, 0, false, values, nullptr, nullptr,
-          help};
-}
-constexpr Spec layer_list(const char* name, const char* help) {
-  return {name, Kind::layers, 0, 1, 0, false, nullptr, nullptr, nullptr, help};
-}
-
-// Enum names, in the order of the C++ enumerators (the parser stores the index).
-constexpr const char* kBatchNormModes[] = {"train", "eval", nullptr};
-constexpr const char* kGeluApprox[] = {"none", "tanh", nullptr};
 constexpr const char* kDTypes[] = {"float32", "float64", nullptr};
-
-struct TypeInfo {
-  LayerType type;
-  const char* name;
-  const char* help;
-};
-
-constexpr TypeInfo kTypes[] = {
-    {LayerType::linear, "linear", "Affine map x W^T + b over the features (torch.nn.Linear)."},
-    {LayerType::layernorm, "layernorm",
-     "Normalises each token over its features (torch.nn.LayerNorm)."},
-    {LayerType::rmsnorm, "rmsnorm",
-     "Divides each token by the root mean square of its features (torch.nn.RMSNorm)."},
-    {LayerType::batchnorm, "batchnorm",
-     "Normalises each feature over batch and tokens (torch.nn.BatchNorm1d)."},
-    {LayerType::groupnorm, "groupnorm",
-     "Normalises groups of features together (torch.nn.GroupNorm)."},
-    {LayerType::instancenorm, "instancenorm",
-     "Normalises each feature over the tokens of one sequence (torch.nn.InstanceNorm1d)."},
-    {LayerType::attention, "attention",
-     "Multi-head self-attention with query, key, value and output projections."},
-    {LayerType::relu, "relu", "Rectified linear unit, max(x, 0)."},
-    {LayerType::gelu, "gelu", "Gaussian error linear unit (torch.nn.GELU)."},
-    {LayerType::softmax, "softmax", "Softmax over the features of each token."},
-    {LayerType::residual, "residual", "Residual block computing x + body(x)."},
-};
-
-using LayerBinding = std::variant<bool LayerConfig::*, int LayerConfig::*, double LayerConfig::*,
-                                  BatchNormMode LayerConfig::*, GeluApprox LayerConfig::*,
-                                  std::vector<LayerConfig> LayerConfig::*>;
-
-struct LayerOption {
-  LayerType type;
-  Spec spec;
-  LayerBinding member;
-};
-
-using LT = LayerType;
-using LC = LayerConfig;
-
-constexpr const char* kEpsHelp = "Added to the variance before the square root, for stability.";
-
-// THE table of layer options. Defaults are PyTorch's where PyTorch has one.
-constexpr LayerOption kLayerOptions[] = {
-    {LT::linear,
-     integer("out_features", 0, 1, Limits::max_features, "features",
-             "Output width; omit it to keep the input width.", "the input width"),
-     &LC::out_features},
-    {LT::linear, flag("bias", true, "Adds a learned bias vector to the output."), &LC::bias},
-
-    {LT::layernorm,
-     flag("elementwise_affine", true, "Learns a per-feature scale after normalising."),
-     &LC::elementwise_affine},
-    {LT::layernorm,
-     flag("bias", true, "Learns a per-feature shift too (only with elementwise_affine)."),
-     &LC::bias},
-    {LT::layernorm, number("eps", 1e-5, 0, true, 1, kEpsHelp), &LC::eps},
-
-    {LT::rmsnorm, flag("elementwise_affine", true, "Learns a per-feature scale after normalising."),
-     &LC::elementwise_affine},
-    {LT::rmsnorm, number("eps", 1e-6, 0, true, 1, kEpsHelp), &LC::eps},
-
-    {LT::batchnorm,
-     choice("mode", kBatchNormModes, 0,
-            "train normalises with the batch statistics, eval with the running statistics."),
-     &LC::mode},
-    {LT::batchnorm, flag("affine", true, "Learns a per-feature scale and shift."), &LC::affine},
-    {LT::batchnorm, number("eps", 1e-5, 0, true, 1, kEpsHelp), &LC::eps},
-
-    {LT::groupnorm,
-     integer("num_groups", 4, 1, Limits::max_features, "groups",
-             "Number of feature groups normalised together; must divide the width."),
-     &LC::num_groups},
-    {LT::groupnorm, flag("affine", true, "Learns a per-feature scale and shift."), &LC::affine},
-    {LT::groupnorm, number("eps", 1e-5, 0, true, 1, kEpsHelp), &LC::eps},
-
-    {LT::instancenorm,
-     flag("affine", false, "Learns a per-feature scale and shift (off by default, as in torch)."),
-     &LC::affine},
-    {LT::instancenorm, number("eps", 1e-5, 0, true, 1, kEpsHelp), &LC::eps},
-
-    {LT::attention,
-     integer("num_heads", 4, 1, Limits::max_num_heads, "heads",
-             "Number of attention heads; must divide the width."),
-     &LC::num_heads},
-    {LT::attention, flag("q_bias", true, "Adds a bias to the query projection."), &LC::q_bias},
-    {LT::attention, flag("k_bias", true, "Adds a bias to the key projection."), &LC::k_bias},
-    {LT::attention, flag("v_bias", true, "Adds a bias to the value projection."), &LC::v_bias},
-    {LT::attention, flag("o_bias", true, "Adds a bias to the output projection."), &LC::o_bias},
-    {LT::attention,
-     flag("causal", false, "Lets each token attend only to itself and earlier tokens."),
-     &LC::causal},
-    {LT::attention,
-     flag("rope", false,
-          "Rotates queries and keys by position (RoPE); needs an even head dimension."),
-     &LC::rope},
-
-    {LT::gelu,
-     choice("approximate", kGeluApprox, 0,
-            "none uses the exact erf form, tanh the tanh approximation."),
-     &LC::approximate},
-
-    {LT::residual, layer_list("body", "The layers of the branch; the block computes x + body(x)."),
-     &LC::body},
-};
 
 // The top-level fields. A dotted name lives in a nested object ("shape.batch").
 using TopBinding = std::variant<int ExperimentConfig::*, std::uint64_t ExperimentConfig::*,
@@ -217,15 +81,9 @@ constexpr TopField kTopFields[] = {
 // Table look-ups
 // ---------------------------------------------------------------------------------------------
 
-const TypeInfo* find_type(const std::string& name) {
-  for (const auto& t : kTypes)
-    if (name == t.name) return &t;
-  return nullptr;
-}
-
 const LayerOption* find_option(LayerType t, const std::string& name) {
-  for (const auto& o : kLayerOptions)
-    if (o.type == t && name == o.spec.name) return &o;
+  for (const auto& o : layer_kind(t).options)
+    if (name == o.spec.name) return &o;
   return nullptr;
 }
 
@@ -243,14 +101,13 @@ std::string join(const std::vector<std::string>& items) {
 
 std::string known_types() {
   std::vector<std::string> names;
-  for (const auto& t : kTypes) names.push_back(t.name);
+  for (const LayerKind* k : layer_kinds()) names.push_back(k->name);
   return join(names);
 }
 
 std::vector<std::string> option_names(LayerType t) {
   std::vector<std::string> names;
-  for (const auto& o : kLayerOptions)
-    if (o.type == t) names.push_back(o.spec.name);
+  for (const auto& o : layer_kind(t).options) names.push_back(o.spec.name);
   return names;
 }
 
@@ -489,7 +346,7 @@ Failure parse_layer(LayerConfig& out, const J& v, const std::string& path, int d
   if (!type_it->is_string())
     return Error{path + ".type", "must be a layer type name, one of " + known_types() + ", got " +
                                      describe(*type_it)};
-  const TypeInfo* type = find_type(type_it->template get_ref<const std::string&>());
+  const LayerKind* type = find_layer_kind(type_it->template get_ref<const std::string&>());
   if (!type)
     return Error{path + ".type", "unknown layer type " + describe(*type_it) +
                                      "; the known types are " + known_types()};
@@ -513,8 +370,8 @@ Failure parse_layer(LayerConfig& out, const J& v, const std::string& path, int d
         opt->member);
     if (e) return e;
   }
-  for (const auto& opt : kLayerOptions) {
-    if (opt.type == type->type && opt.spec.kind == Kind::layers && v.find(opt.spec.name) == v.end())
+  for (const auto& opt : type->options) {
+    if (opt.spec.kind == Kind::layers && v.find(opt.spec.name) == v.end())
       return Error{path + "." + opt.spec.name, std::string("is missing; a ") + type->name +
                                                    " needs a " + opt.spec.name +
                                                    " of at least one layer"};
@@ -592,70 +449,35 @@ Failure check_activations(const Walk& w, long long width, const std::string& pat
   return std::nullopt;
 }
 
-long long norm_parameters(long long width, bool learned, int vectors) {
-  return learned ? vectors * width : 0;
-}
-
 Failure check_stack(const std::vector<LayerConfig>& layers, const std::string& path, int& width,
                     Walk& w) {
+  std::vector<ParamSpec> declared;
   for (std::size_t i = 0; i < layers.size(); ++i) {
     const LayerConfig& l = layers[i];
+    const LayerKind& kind = layer_kind(l.type);
     const std::string lp = path + "[" + std::to_string(i) + "]";
     if (++w.layers > Limits::max_layers)
       return Error{lp, "the stack has more than " + std::to_string(Limits::max_layers) +
                            " layers (counted through residual bodies)"};
-    const long long f = width;
-    switch (l.type) {
-      case LayerType::linear: {
-        const long long out = l.out_features > 0 ? l.out_features : f;
-        if (auto e = check_activations(w, out, lp + ".out_features", "out_features")) return e;
-        w.parameters += out * f + (l.bias ? out : 0);
-        width = static_cast<int>(out);
-        break;
-      }
-      case LayerType::layernorm:
-        w.parameters += norm_parameters(f, l.elementwise_affine, l.bias ? 2 : 1);
-        break;
-      case LayerType::rmsnorm:
-        w.parameters += norm_parameters(f, l.elementwise_affine, 1);
-        break;
-      case LayerType::batchnorm:
-      case LayerType::instancenorm:
-        w.parameters += norm_parameters(f, l.affine, 2);
-        break;
-      case LayerType::groupnorm:
-        if (f % l.num_groups != 0)
-          return Error{lp + ".num_groups", std::to_string(l.num_groups) +
-                                               " does not divide features " + std::to_string(f)};
-        w.parameters += norm_parameters(f, l.affine, 2);
-        break;
-      case LayerType::attention: {
-        if (f % l.num_heads != 0)
-          return Error{lp + ".num_heads", std::to_string(l.num_heads) +
-                                              " does not divide features " + std::to_string(f)};
-        const long long head_dim = f / l.num_heads;
-        if (l.rope && head_dim % 2 != 0)
-          return Error{lp + ".rope", "rope needs an even head dimension, got " +
-                                         std::to_string(head_dim) + " (features " +
-                                         std::to_string(f) + " / " + std::to_string(l.num_heads) +
-                                         " heads)"};
-        const int biases = int(l.q_bias) + int(l.k_bias) + int(l.v_bias) + int(l.o_bias);
-        w.parameters += 4 * f * f + biases * f;
-        break;
-      }
-      case LayerType::relu:
-      case LayerType::gelu:
-      case LayerType::softmax:
-        break;
-      case LayerType::residual: {
-        int inner = width;
-        if (auto e = check_stack(l.body, lp + ".body", inner, w)) return e;
-        if (inner != width)
-          return Error{lp + ".body", "residual body changes the width from " +
-                                         std::to_string(width) + " to " + std::to_string(inner)};
-        break;
-      }
+    const int in = width;
+    const int out = kind.out_width ? kind.out_width(l, in) : in;
+    if (out != in)
+      if (auto e = check_activations(w, out, lp + ".out_features", "out_features")) return e;
+    if (kind.check)
+      if (auto e = kind.check(l, in, lp)) return e;
+    // Parameters as the kind declares them (the network builds exactly these).
+    declared.clear();
+    if (kind.params) kind.params(l, in, out, declared);
+    for (const ParamSpec& p : declared)
+      if (p.role != ParamRole::buffer) w.parameters += static_cast<long long>(p.rows) * p.cols;
+    if (kind.has_body) {
+      int inner = width;
+      if (auto e = check_stack(l.body, lp + ".body", inner, w)) return e;
+      if (inner != width)
+        return Error{lp + ".body", "residual body changes the width from " +
+                                       std::to_string(width) + " to " + std::to_string(inner)};
     }
+    width = out;
     if (w.parameters > Limits::max_parameters)
       return Error{lp, "the stack reaches " + std::to_string(w.parameters) +
                            " parameters here, over the limit of " +
@@ -746,11 +568,7 @@ json spec_json(const Spec& s, const std::string& name) {
 // Public API
 // ---------------------------------------------------------------------------------------------
 
-const char* layer_type_name(LayerType t) {
-  for (const auto& info : kTypes)
-    if (info.type == t) return info.name;
-  return "unknown";
-}
+const char* layer_type_name(LayerType t) { return layer_kind(t).name; }
 
 const char* dtype_name(DType t) {
   const int i = static_cast<int>(t);
@@ -760,8 +578,8 @@ const char* dtype_name(DType t) {
 LayerConfig make_layer(LayerType t) {
   LayerConfig l;
   l.type = t;
-  for (const auto& o : kLayerOptions)
-    if (o.type == t) std::visit([&](auto m) { set_default(ref(l, m), o.spec); }, o.member);
+  for (const auto& o : layer_kind(t).options)
+    std::visit([&](auto m) { set_default(ref(l, m), o.spec); }, o.member);
   return l;
 }
 
@@ -825,8 +643,7 @@ Result<ExperimentConfig> parse_config_text(const std::string& text) {
 Json layer_to_json(const LayerConfig& l) {
   json j = json::object();
   j["type"] = layer_type_name(l.type);
-  for (const auto& o : kLayerOptions) {
-    if (o.type != l.type) continue;
+  for (const auto& o : layer_kind(l.type).options) {
     std::visit(
         [&](auto m) {
           const auto& v = ref(l, m);
@@ -855,11 +672,10 @@ Json config_schema() {
   for (const auto& f : kTopFields) fields.push_back(spec_json(f.spec, f.spec.name));
   s["fields"] = fields;
   json types = json::array();
-  for (const auto& t : kTypes) {
+  for (const LayerKind* t : layer_kinds()) {
     json options = json::array();
-    for (const auto& o : kLayerOptions)
-      if (o.type == t.type) options.push_back(spec_json(o.spec, o.spec.name));
-    types.push_back({{"name", t.name}, {"help", t.help}, {"options", options}});
+    for (const auto& o : t->options) options.push_back(spec_json(o.spec, o.spec.name));
+    types.push_back({{"name", t->name}, {"help", t->help}, {"options", options}});
   }
   s["layer_types"] = types;
   s["limits"] = {
@@ -878,8 +694,7 @@ Json config_schema() {
 
 bool operator==(const LayerConfig& a, const LayerConfig& b) {
   if (a.type != b.type) return false;
-  for (const auto& o : kLayerOptions) {
-    if (o.type != a.type) continue;
+  for (const auto& o : layer_kind(a.type).options) {
     const bool same = std::visit([&](auto m) { return ref(a, m) == ref(b, m); }, o.member);
     if (!same) return false;
   }

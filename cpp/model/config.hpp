@@ -1,8 +1,9 @@
 // The experiment config, format v1: what users write and share.
 //
-// One schema table (schema.cpp) drives parsing, printing, defaults, the `schema` command, the
-// web form and the tests. A LayerConfig holds every option of every layer type; the schema says
-// which options belong to which type and binds each to its member.
+// The schema drives parsing, printing, defaults, the `schema` command, the web form and the
+// tests: each layer kind lists its options in its file (cpp/layers), bound to members of
+// LayerConfig, and config.cpp walks those lists. A LayerConfig holds the options of every kind;
+// a kind with a new option adds its member here.
 #pragma once
 
 #include <cstdint>
@@ -15,8 +16,12 @@
 
 namespace biaslab {
 
-enum class LayerType { linear, layernorm, rmsnorm, batchnorm, groupnorm, instancenorm, attention,
-                       relu, gelu, softmax, residual };
+// One enumerator per layer kind, in registry order (cpp/layers/kinds.def).
+enum class LayerType {
+#define BIASLAB_LAYER(name) name,
+#include "layers/kinds.def"
+#undef BIASLAB_LAYER
+};
 enum class DType { float32, float64 };
 enum class BatchNormMode { train, eval };
 enum class GeluApprox { none, tanh };

@@ -10,37 +10,16 @@
 
 #include <vector>
 
+#include "layers/attention.hpp"
+#include "layers/ops.hpp"
 #include "model/model.hpp"
 
 namespace biaslab {
 
-template <class S>
-using Weights = std::vector<MatT<S>>;  // Model::params values in dtype S, same order
-
-template <class S>
-Weights<S> cast_weights(const Model& m) {
-  Weights<S> w;
-  w.reserve(m.params.size());
-  for (const auto& p : m.params) w.push_back(p.value.template cast<S>());
-  return w;
-}
-
-// What the JVP needs from a float64 forward: the input of every op, and attention internals.
-struct AttentionCache {
-  Mat q, k, v;             // (N, F), after bias and RoPE
-  std::vector<Mat> probs;  // [b * H + h]: (T, T) softmax rows
-};
 struct Trace {
   std::vector<Mat> inputs;             // inputs[i]: input of op i, (N, op.in)
   std::vector<AttentionCache> attention;  // indexed by op; empty for non-attention ops
   Mat output;                          // the model's output, (N, F_out)
-};
-
-// One parameter replaced (for perturbations) without copying the rest.
-template <class S>
-struct Override {
-  int index = -1;
-  const MatT<S>* value = nullptr;
 };
 
 template <class S>
@@ -73,19 +52,5 @@ template <class S>
 MatT<S> op_forward(const Model& m, const Op& op, const Weights<S>& w, const MatT<S>& x,
                    Override<S> ov = {}, AttentionCache* cache = nullptr,
                    const std::vector<MatT<S>>* pre = nullptr, std::vector<MatT<S>>* products = nullptr);
-
-// Attention with separate query and key/value sources (for permutation probes):
-// xq: (B*Tq, F), xkv: (B*Tk, F); returns the context before o_proj, (B*Tq, F).
-template <class S>
-MatT<S> attention_core(const Model& m, const Op& op, const Weights<S>& w, const MatT<S>& xq,
-                       const MatT<S>& xkv, int batch, AttentionCache* cache = nullptr,
-                       Override<S> ov = {}, const std::vector<MatT<S>>* pre = nullptr,
-                       std::vector<MatT<S>>* products = nullptr);
-
-// In-place RoPE on (batch*tokens, F) rows (also used on tangents: the rotation is linear).
-void rope_rotate(Mat& z, int batch, int tokens, int heads);
-
-// RoPE angle tables for T positions and head dimension d: (T, d/2).
-void rope_tables(int tokens, int head_dim, Mat& cos_t, Mat& sin_t);
 
 }  // namespace biaslab

@@ -11,14 +11,10 @@
 #pragma once
 
 #include "model/forward.hpp"
+#include "model/tangent.hpp"
 
 namespace biaslab {
 
-struct Seed {
-  int param = -1;          // index into Model::params (bias or shift)
-  Mat values;              // (n*N, size of the parameter), or (n, size) when broadcast
-  bool broadcast = false;  // the same vector for every token of a direction (a bias direction)
-};
 
 // Propagates `seed` (n directions) from the op that holds the parameter up to the input of op
 // `stop` (m.ops.size() for the model output). `trace` comes from forward<double> on the same

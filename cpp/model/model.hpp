@@ -79,18 +79,21 @@ Network build_network(const ExperimentConfig& config);
 void sync_network(Network& net);
 long count_parameters(const Network& net);  // trainable ones: buffers excluded
 
-// The parameters a layer type declares, in order, with their initial values drawn from rng
-// streams keyed by their dotted names (param_name(layer, local)). The single place where a
-// layer's parameters are defined.
+// The parameters a layer kind declares (its params() in cpp/layers), in order, with their
+// initial values drawn from rng streams keyed by their dotted names (param_name(layer, local)).
 std::vector<Param> declare_params(const LayerConfig& cfg, int in_width, int out_width,
                                   std::uint64_t seed, const std::string& layer);
 
 // ---------------------------------------------------------------------------------------------
+// Ops: the small vocabulary layer kinds compile to (cpp/layers/layer.hpp).
+struct LayerKind;
+struct Activation;
 enum class OpKind { linear, norm, activation, softmax, attention, residual_begin, residual_end };
 enum class NormKind { layer, rms, batch_train, batch_eval, group, instance };
 
 struct Op {
   OpKind kind;
+  const LayerKind* layer_kind = nullptr;  // the kind of the config layer that compiled it
   int in = 0, out = 0;        // widths
   std::string layer;          // dotted prefix of the config layer, e.g. "layers.0.body.1"
   int layer_index = -1;       // index of the config layer in its sequence
@@ -103,8 +106,7 @@ struct Op {
   int wq = -1, bq = -1, wk = -1, bk = -1, wv = -1, bv = -1;  // attention core
   int heads = 1;
   bool causal = false, rope = false;
-  LayerType act = LayerType::relu;                       // activation: relu or gelu
-  GeluApprox approx = GeluApprox::none;
+  const Activation* act = nullptr;                       // activation: its function
   int partner = -1;                                      // residual: index of the matching marker
 };
 

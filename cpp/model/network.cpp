@@ -2,6 +2,7 @@
 #include <cmath>
 
 #include "core/cold.hpp"
+#include "layers/layer.hpp"
 #include "model/model.hpp"
 #include "core/rng.hpp"
 
@@ -35,11 +36,7 @@ int Model::find_param(const std::string& name) const {
 
 namespace {
 
-// Distributions: projections as torch.nn.Linear's default init, U(-1/sqrt(in), 1/sqrt(in)) for
-// weight and bias; norm gains U(0.5, 1.5) and shifts U(-0.5, 0.5) (random, not 1 and 0, so every
-// fold is a real test); running mean U(-0.5, 0.5), running var U(0.5, 2).
-enum class Init { fan_in, gain, shift, run_mean, run_var };
-
+// The distributions of Init (layers/layer.hpp).
 Mat draw(std::uint64_t seed, const std::string& name, int rows, int cols, Init init, int fan_in) {
   Rng rng(seed, name);
   Mat m(rows, cols);
@@ -58,8 +55,8 @@ Mat draw(std::uint64_t seed, const std::string& name, int rows, int cols, Init i
 }
 
 int layer_out_width(const LayerConfig& c, int in) {
-  if (c.type == LayerType::linear && c.out_features > 0) return c.out_features;
-  return in;
+  const LayerKind& k = layer_kind(c.type);
+  return k.out_width ? k.out_width(c, in) : in;
 }
 
 BIASLAB_COLD void build_layers(const std::vector<LayerConfig>& cfgs, int width, std::uint64_t seed,
@@ -73,7 +70,7 @@ BIASLAB_COLD void build_layers(const std::vector<LayerConfig>& cfgs, int width, 
     node.out_width = layer_out_width(cfgs[i], width);
     const std::string layer = layer_name(prefix, i);
     node.params = declare_params(node.cfg, node.in_width, node.out_width, seed, layer);
-    if (cfgs[i].type == LayerType::residual)
+    if (layer_kind(cfgs[i].type).has_body)
       build_layers(cfgs[i].body, width, seed, body_prefix(layer), node.body);
     width = node.out_width;
     out.push_back(std::move(node));
@@ -84,13 +81,10 @@ BIASLAB_COLD int sync_layers(std::vector<LayerNode>& nodes, int width, std::vect
   cfgs.clear();
   for (auto& node : nodes) {
     node.in_width = width;
-    if (node.cfg.type == LayerType::linear) {
-      const Param* w = node.find("weight");
-      node.cfg.out_features = w ? static_cast<int>(w->value.rows()) : node.cfg.out_features;
-    }
+    if (const auto sync = layer_kind(node.cfg.type).sync) sync(node);
     node.out_width = layer_out_width(node.cfg, width);
     LayerConfig c = node.cfg;
-    if (node.cfg.type == LayerType::residual) sync_layers(node.body, width, c.body);
+    if (layer_kind(node.cfg.type).has_body) sync_layers(node.body, width, c.body);
     width = node.out_width;
     cfgs.push_back(std::move(c));
   }
@@ -111,56 +105,11 @@ long count_layers(const std::vector<LayerNode>& nodes) {
 
 BIASLAB_COLD std::vector<Param> declare_params(const LayerConfig& c, int in, int out, std::uint64_t seed,
                                   const std::string& layer) {
+  std::vector<ParamSpec> specs;
+  if (const auto params = layer_kind(c.type).params) params(c, in, out, specs);
   std::vector<Param> ps;
-  auto add = [&](const std::string& local, ParamRole role, int rows, int cols, Init init,
-                 int fan_in) {
-    ps.push_back({local, role, draw(seed, param_name(layer, local), rows, cols, init, fan_in)});
-  };
-  switch (c.type) {
-    case LayerType::linear:
-      add("weight", ParamRole::weight, out, in, Init::fan_in, in);
-      if (c.bias) add("bias", ParamRole::bias, out, 1, Init::fan_in, in);
-      break;
-    case LayerType::layernorm:
-      if (c.elementwise_affine) {
-        add("weight", ParamRole::gain, in, 1, Init::gain, in);
-        if (c.bias) add("bias", ParamRole::shift, in, 1, Init::shift, in);
-      }
-      break;
-    case LayerType::rmsnorm:
-      if (c.elementwise_affine) add("weight", ParamRole::gain, in, 1, Init::gain, in);
-      break;
-    case LayerType::batchnorm:
-      if (c.affine) {
-        add("weight", ParamRole::gain, in, 1, Init::gain, in);
-        add("bias", ParamRole::shift, in, 1, Init::shift, in);
-      }
-      // Running statistics exist in both modes (as in torch); eval mode uses them.
-      add("running_mean", ParamRole::buffer, in, 1, Init::run_mean, in);
-      add("running_var", ParamRole::buffer, in, 1, Init::run_var, in);
-      break;
-    case LayerType::groupnorm:
-    case LayerType::instancenorm:
-      if (c.affine) {
-        add("weight", ParamRole::gain, in, 1, Init::gain, in);
-        add("bias", ParamRole::shift, in, 1, Init::shift, in);
-      }
-      break;
-    case LayerType::attention:
-      for (const char* p : {"q", "k", "v", "o"}) {
-        const std::string proj = std::string(p) + "_proj.";
-        add(proj + "weight", ParamRole::weight, in, in, Init::fan_in, in);
-        const bool on = (*p == 'q' && c.q_bias) || (*p == 'k' && c.k_bias) ||
-                        (*p == 'v' && c.v_bias) || (*p == 'o' && c.o_bias);
-        if (on) add(proj + "bias", ParamRole::bias, in, 1, Init::fan_in, in);
-      }
-      break;
-    case LayerType::relu:
-    case LayerType::gelu:
-    case LayerType::softmax:
-    case LayerType::residual:
-      break;
-  }
+  for (const ParamSpec& p : specs)
+    ps.push_back({p.local, p.role, draw(seed, param_name(layer, p.local), p.rows, p.cols, p.init, p.fan_in)});
   return ps;
 }
 
@@ -177,105 +126,18 @@ long count_parameters(const Network& net) { return count_layers(net.layers); }
 
 namespace {
 
-struct Compiler {
-  Model& m;
+void compile_layers(Model& m, const std::vector<LayerNode>& nodes, const std::string& prefix);
 
-  int add_param(const LayerNode& node, const std::string& layer, const std::string& local,
-                int op) {
-    const Param* p = node.find(local);
-    if (!p) return -1;
-    m.params.push_back({param_name(layer, local), p->role, op, p->value});
-    return static_cast<int>(m.params.size()) - 1;
-  }
+void compile_body(Model& m, const LayerNode& node, const std::string& name) {
+  compile_layers(m, node.body, body_prefix(name));
+}
 
-  void layers(const std::vector<LayerNode>& nodes, const std::string& prefix) {
-    for (size_t i = 0; i < nodes.size(); ++i) {
-      const LayerNode& node = nodes[i];
-      const std::string name = layer_name(prefix, i);
-      Op op;
-      op.in = node.in_width;
-      op.out = node.out_width;
-      op.layer = name;
-      op.layer_index = static_cast<int>(i);
-      const int at = static_cast<int>(m.ops.size());
-      const LayerConfig& c = node.cfg;
-      switch (c.type) {
-        case LayerType::linear:
-          op.kind = OpKind::linear;
-          op.w = add_param(node, name, "weight", at);
-          op.b = add_param(node, name, "bias", at);
-          m.ops.push_back(op);
-          break;
-        case LayerType::layernorm:
-        case LayerType::rmsnorm:
-        case LayerType::batchnorm:
-        case LayerType::groupnorm:
-        case LayerType::instancenorm:
-          op.kind = OpKind::norm;
-          op.eps = c.eps;
-          op.groups = c.num_groups;
-          op.norm = c.type == LayerType::layernorm      ? NormKind::layer
-                    : c.type == LayerType::rmsnorm      ? NormKind::rms
-                    : c.type == LayerType::groupnorm    ? NormKind::group
-                    : c.type == LayerType::instancenorm ? NormKind::instance
-                    : c.mode == BatchNormMode::train    ? NormKind::batch_train
-                                                        : NormKind::batch_eval;
-          op.gain = add_param(node, name, "weight", at);
-          op.shift = add_param(node, name, "bias", at);
-          op.mean = add_param(node, name, "running_mean", at);
-          op.var = add_param(node, name, "running_var", at);
-          m.ops.push_back(op);
-          break;
-        case LayerType::attention: {
-          op.kind = OpKind::attention;
-          op.heads = c.num_heads;
-          op.causal = c.causal;
-          op.rope = c.rope;
-          op.wq = add_param(node, name, "q_proj.weight", at);
-          op.bq = add_param(node, name, "q_proj.bias", at);
-          op.wk = add_param(node, name, "k_proj.weight", at);
-          op.bk = add_param(node, name, "k_proj.bias", at);
-          op.wv = add_param(node, name, "v_proj.weight", at);
-          op.bv = add_param(node, name, "v_proj.bias", at);
-          m.ops.push_back(op);
-          // The output projection is an ordinary linear op, so trailing-linear analysis and
-          // folds treat it like any Linear.
-          Op o;
-          o.kind = OpKind::linear;
-          o.in = o.out = node.in_width;
-          o.layer = name;
-          o.layer_index = static_cast<int>(i);
-          o.w = add_param(node, name, "o_proj.weight", at + 1);
-          o.b = add_param(node, name, "o_proj.bias", at + 1);
-          m.ops.push_back(o);
-          break;
-        }
-        case LayerType::relu:
-        case LayerType::gelu:
-          op.kind = OpKind::activation;
-          op.act = c.type;
-          op.approx = c.approximate;
-          m.ops.push_back(op);
-          break;
-        case LayerType::softmax:
-          op.kind = OpKind::softmax;
-          m.ops.push_back(op);
-          break;
-        case LayerType::residual: {
-          op.kind = OpKind::residual_begin;
-          m.ops.push_back(op);
-          layers(node.body, body_prefix(name));
-          Op end = op;
-          end.kind = OpKind::residual_end;
-          end.partner = at;
-          m.ops[at].partner = static_cast<int>(m.ops.size());
-          m.ops.push_back(end);
-          break;
-        }
-      }
-    }
+void compile_layers(Model& m, const std::vector<LayerNode>& nodes, const std::string& prefix) {
+  for (size_t i = 0; i < nodes.size(); ++i) {
+    CompileContext ctx(m, nodes[i], layer_name(prefix, i), static_cast<int>(i), compile_body);
+    layer_kind(nodes[i].cfg.type).compile(ctx);
   }
-};
+}
 
 }  // namespace
 
@@ -286,7 +148,7 @@ BIASLAB_COLD Model compile(const Network& net) {
   m.in_features = net.config.shape.features;
   m.out_features = net.layers.empty() ? m.in_features : net.layers.back().out_width;
   m.dtype = net.config.dtype;
-  Compiler{m}.layers(net.layers, kTopLayers);
+  compile_layers(m, net.layers, kTopLayers);
   return m;
 }
 

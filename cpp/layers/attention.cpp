@@ -1,0 +1,309 @@
+// The attention layer kind, and the attention op's forward and JVP, side by side.
+#include "layers/attention.hpp"
+
+#include <cmath>
+
+#include "layers/layer.hpp"
+
+namespace biaslab {
+
+using jvp_detail::Tangent;
+using jvp_detail::expand;
+using jvp_detail::add;
+
+namespace {
+
+// In-place RoPE on (B*T, F) rows, per head: pairs (i, i + d/2) rotate by t * 10000^(-2i/d).
+template <class S>
+void apply_rope(MatT<S>& z, int batch, int tokens, int heads) {
+  const int d = static_cast<int>(z.cols()) / heads, half = d / 2;
+  Mat c, s;
+  rope_tables(tokens, d, c, s);
+  for (int b = 0; b < batch; ++b)
+    for (int t = 0; t < tokens; ++t)
+      for (int h = 0; h < heads; ++h)
+        for (int i = 0; i < half; ++i) {
+          S& a = z(b * tokens + t, h * d + i);
+          S& e = z(b * tokens + t, h * d + half + i);
+          const S ct = S(c(t, i)), st = S(s(t, i));
+          const S a0 = a, e0 = e;
+          a = a0 * ct - e0 * st;
+          e = e0 * ct + a0 * st;
+        }
+}
+
+}  // namespace
+
+void rope_rotate(Mat& z, int batch, int tokens, int heads) { apply_rope<double>(z, batch, tokens, heads); }
+
+void rope_tables(int tokens, int head_dim, Mat& cos_t, Mat& sin_t) {
+  const int half = head_dim / 2;
+  cos_t.resize(tokens, half);
+  sin_t.resize(tokens, half);
+  for (int i = 0; i < half; ++i) {
+    const double inv_freq = std::pow(10000.0, -2.0 * i / head_dim);
+    for (int t = 0; t < tokens; ++t) {
+      cos_t(t, i) = std::cos(t * inv_freq);
+      sin_t(t, i) = std::sin(t * inv_freq);
+    }
+  }
+}
+
+template <class S>
+MatT<S> attention_core(const Model& m, const Op& op, const Weights<S>& w, const MatT<S>& xq,
+                       const MatT<S>& xkv, int batch, AttentionCache* cache, Override<S> ov,
+                       const std::vector<MatT<S>>* pre, std::vector<MatT<S>>* products) {
+  auto opt = [&](int i) { return i >= 0 ? &param(w, ov, i) : nullptr; };
+  const int F = op.in, H = op.heads, d = F / H;
+  const int Tq = static_cast<int>(xq.rows()) / batch, Tk = static_cast<int>(xkv.rows()) / batch;
+  if (products) products->assign(3, MatT<S>());
+  auto pre_i = [&](int i) { return pre ? &(*pre)[i] : nullptr; };
+  auto out_i = [&](int i) { return products ? &(*products)[i] : nullptr; };
+  MatT<S> q = linear<S>(xq, param(w, ov, op.wq), opt(op.bq), pre_i(0), out_i(0));
+  MatT<S> k = linear<S>(xkv, param(w, ov, op.wk), opt(op.bk), pre_i(1), out_i(1));
+  MatT<S> v = linear<S>(xkv, param(w, ov, op.wv), opt(op.bv), pre_i(2), out_i(2));
+  if (op.rope) {
+    apply_rope(q, batch, Tq, H);
+    apply_rope(k, batch, Tk, H);
+  }
+  const S scale = S(1) / std::sqrt(S(d));
+  MatT<S> ctx(xq.rows(), F);
+  MatT<S> scores(Tq, Tk);
+  if (cache) cache->probs.assign(static_cast<size_t>(batch) * H, Mat());
+  for (int b = 0; b < batch; ++b)
+    for (int h = 0; h < H; ++h) {
+      auto qb = q.block(b * Tq, h * d, Tq, d);
+      auto kb = k.block(b * Tk, h * d, Tk, d);
+      scores.noalias() = (qb * kb.transpose()) * scale;
+      softmax_rows<S>(scores, op.causal);  // causal: query i sees keys j <= i
+      ctx.block(b * Tq, h * d, Tq, d).noalias() = scores * v.block(b * Tk, h * d, Tk, d);
+      if (cache) cache->probs[b * H + h] = scores.template cast<double>();
+    }
+  if (cache) {
+    cache->q = q.template cast<double>();
+    cache->k = k.template cast<double>();
+    cache->v = v.template cast<double>();
+  }
+  return ctx;
+}
+
+template MatT<float> attention_core<float>(const Model&, const Op&, const Weights<float>&, const MatT<float>&,
+                                           const MatT<float>&, int, AttentionCache*, Override<float>,
+                                           const std::vector<MatT<float>>*, std::vector<MatT<float>>*);
+template MatT<double> attention_core<double>(const Model&, const Op&, const Weights<double>&, const MatT<double>&,
+                                             const MatT<double>&, int, AttentionCache*, Override<double>,
+                                             const std::vector<MatT<double>>*, std::vector<MatT<double>>*);
+
+namespace {
+
+// Attention core JVP when dQ, dK and dV each carry one vector per direction, the same for every
+// token (a bias direction, or its image through token-independent ops; no RoPE, which rotates
+// per position). Then, per direction, sample and head, with dq, dk, dv those vectors:
+//   dS(i, j) = (k_j . dq + q_i . dk) / sqrt(d)   (a row term and a column term: no T x T x d product)
+//   dC = dP V + P 1 dv^T
+// and the dP V products of all directions are one (n*T, T) x (T, d) product.
+// Same formulas as the general path, fewer operations; the exact zeros are the same.
+Mat attention_jvp_broadcast(const Op& op, const AttentionCache& c, const std::optional<Tangent>& tq,
+                            const std::optional<Tangent>& tk, const std::optional<Tangent>& tv, int n, int B, int T) {
+  const int F = op.in, H = op.heads, d = F / H;
+  const Eigen::Index N = Eigen::Index(B) * T;
+  const double scale = 1.0 / std::sqrt(static_cast<double>(d));
+  Mat out = Mat::Zero(Eigen::Index(n) * N, F);
+  auto nonzero = [&](const std::optional<Tangent>& t, int a, int h) {
+    return t && !(t->v.block(a, h * d, 1, d).array() == 0).all();
+  };
+  Mat U(n, T), W(n, T), dpall(Eigen::Index(n) * T, T), dc;
+  std::vector<int> slot(n);  // direction -> its rows in dpall (-1: dS is exactly zero)
+  std::vector<char> has_v(n);
+  for (int b = 0; b < B; ++b)
+    for (int h = 0; h < H; ++h) {
+      const Mat& P = c.probs[b * H + h];
+      const auto K = c.k.block(b * T, h * d, T, d), Q = c.q.block(b * T, h * d, T, d), V = c.v.block(b * T, h * d, T, d);
+      // Directions whose dS is not exactly zero in this head share one product (a bias
+      // direction of q or k typically reaches a single head).
+      int used = 0;
+      for (int a = 0; a < n; ++a) {
+        slot[a] = nonzero(tq, a, h) || nonzero(tk, a, h) ? used++ : -1;
+        has_v[a] = nonzero(tv, a, h);
+      }
+      if (used > 0) {
+        if (tq) U.noalias() = tq->v.middleCols(h * d, d) * K.transpose();  // U(a, j) = k_j . dq_a
+        else U.setZero();
+        if (tk) W.noalias() = tk->v.middleCols(h * d, d) * Q.transpose();  // W(a, i) = q_i . dk_a
+        else W.setZero();
+        for (int a = 0; a < n; ++a) {
+          if (slot[a] < 0) continue;
+          double* dp = dpall.data() + Eigen::Index(slot[a]) * T * T;  // row-major (T, T) block
+          for (int i = 0; i < T; ++i) {
+            const double* p = P.data() + Eigen::Index(i) * T;
+            double* o = dp + Eigen::Index(i) * T;
+            const double wi = W(a, i);
+            double row = 0;
+            for (int j = 0; j < T; ++j) {
+              o[j] = p[j] * ((U(a, j) + wi) * scale);
+              row += o[j];
+            }
+            for (int j = 0; j < T; ++j) o[j] -= p[j] * row;
+          }
+        }
+        dc.noalias() = dpall.topRows(Eigen::Index(used) * T) * V;
+      }
+      const Vec psum = P.rowwise().sum();
+      for (int a = 0; a < n; ++a) {
+        if (slot[a] < 0 && !has_v[a]) continue;
+        auto ob = out.block(Eigen::Index(a) * N + Eigen::Index(b) * T, h * d, T, d);
+        if (slot[a] >= 0) ob = dc.middleRows(Eigen::Index(slot[a]) * T, T);
+        if (has_v[a]) ob.noalias() += psum * tv->v.block(a, h * d, 1, d);
+      }
+    }
+  return out;
+}
+
+// Attention core JVP. dx: tangent of the input (or none); seeds on q/k/v biases enter after the
+// projections (before RoPE, as the biases do). Per direction, sample and head:
+//   dS = (dQ K^T + Q dK^T) / sqrt(d);  dP = P .* (dS - rowsum(P .* dS));  dC = dP V + P dV.
+// A head whose dQ, dK, dV are all exactly zero keeps an exactly zero dC.
+}  // namespace
+
+Mat attention_jvp(const Model& m, const Op& op, const Mat& x, const AttentionCache& c,
+                  const Tangent* dx, const Seed& seed, int n) {
+  const int N = static_cast<int>(x.rows()), F = op.in, H = op.heads, d = F / H;
+  const int B = m.batch, T = N / B;
+  // Projections of the input tangent plus any seed; nullopt when exactly zero (not allocated).
+  auto project = [&](int w, int b) -> std::optional<Tangent> {
+    const bool seeded = b >= 0 && b == seed.param;
+    if (!dx && !seeded) return std::nullopt;
+    // A broadcast input projects as one row per direction (N times less work).
+    Tangent out;
+    if (dx) out = {dx->v * m.params[w].value.transpose(), dx->broadcast};
+    if (seeded) {
+      const Tangent s{seed.values, seed.broadcast};
+      out = dx ? add(out, s, N) : s;
+    }
+    return out;
+  };
+  std::optional<Tangent> tq = project(op.wq, op.bq), tk = project(op.wk, op.bk), tv = project(op.wv, op.bv);
+  const bool all_broadcast = !op.rope && (!tq || tq->broadcast) && (!tk || tk->broadcast) && (!tv || tv->broadcast);
+  if (all_broadcast) return attention_jvp_broadcast(op, c, tq, tk, tv, n, B, T);
+  auto dense = [&](std::optional<Tangent>& t) -> std::optional<Mat> {
+    if (!t) return std::nullopt;
+    return t->broadcast ? expand(t->v, N) : std::move(t->v);
+  };
+  std::optional<Mat> dq = dense(tq), dk = dense(tk), dv = dense(tv);
+  if (op.rope) {
+    if (dq) rope_rotate(*dq, n * B, T, H);
+    if (dk) rope_rotate(*dk, n * B, T, H);
+  }
+  const double scale = 1.0 / std::sqrt(static_cast<double>(d));
+  Mat out = Mat::Zero(Eigen::Index(n) * N, F);
+  Mat ds(T, T), dp(T, T);
+  auto zero_block = [&](const std::optional<Mat>& z, Eigen::Index row, int h) {
+    return !z || (z->block(row, h * d, T, d).array() == 0).all();
+  };
+  for (int a = 0; a < n; ++a)
+    for (int b = 0; b < B; ++b) {
+      const Eigen::Index row = Eigen::Index(a) * N + Eigen::Index(b) * T;
+      for (int h = 0; h < H; ++h) {
+        const bool q0 = zero_block(dq, row, h), k0 = zero_block(dk, row, h), v0 = zero_block(dv, row, h);
+        if (q0 && k0 && v0) continue;
+        const Mat& P = c.probs[b * H + h];
+        auto ob = out.block(row, h * d, T, d);
+        if (!q0 || !k0) {
+          ds.setZero();
+          if (!q0) ds.noalias() += dq->block(row, h * d, T, d) * c.k.block(b * T, h * d, T, d).transpose();
+          if (!k0) ds.noalias() += c.q.block(b * T, h * d, T, d) * dk->block(row, h * d, T, d).transpose();
+          ds *= scale;
+          dp = P.cwiseProduct(ds);
+          const Vec rows = dp.rowwise().sum();
+          dp -= P.cwiseProduct(rows.replicate(1, T));
+          ob.noalias() += dp * c.v.block(b * T, h * d, T, d);
+        }
+        if (!v0) ob.noalias() += P * dv->block(row, h * d, T, d);
+      }
+    }
+  return out;
+}
+
+
+// ---------------------------------------------------------------------------------------------
+// The layer kind
+// ---------------------------------------------------------------------------------------------
+
+namespace kinds {
+namespace {
+
+constexpr LayerOption kOptions[] = {
+    {integer("num_heads", 4, 1, Limits::max_num_heads, "heads",
+             "Number of attention heads; must divide the width."),
+     &LayerConfig::num_heads},
+    {flag("q_bias", true, "Adds a bias to the query projection."), &LayerConfig::q_bias},
+    {flag("k_bias", true, "Adds a bias to the key projection."), &LayerConfig::k_bias},
+    {flag("v_bias", true, "Adds a bias to the value projection."), &LayerConfig::v_bias},
+    {flag("o_bias", true, "Adds a bias to the output projection."), &LayerConfig::o_bias},
+    {flag("causal", false, "Lets each token attend only to itself and earlier tokens."),
+     &LayerConfig::causal},
+    {flag("rope", false, "Rotates queries and keys by position (RoPE); needs an even head dimension."),
+     &LayerConfig::rope},
+};
+
+std::optional<Error> check(const LayerConfig& c, int in, const std::string& path) {
+  if (in % c.num_heads != 0)
+    return Error{path + ".num_heads", std::to_string(c.num_heads) + " does not divide features " + std::to_string(in)};
+  const int head_dim = in / c.num_heads;
+  if (c.rope && head_dim % 2 != 0)
+    return Error{path + ".rope", "rope needs an even head dimension, got " + std::to_string(head_dim) +
+                                     " (features " + std::to_string(in) + " / " + std::to_string(c.num_heads) +
+                                     " heads)"};
+  return std::nullopt;
+}
+
+// q_proj, k_proj, v_proj, o_proj: weight (F, F) and bias (F, 1), as torch.nn.Linear.
+void params(const LayerConfig& c, int in, int, std::vector<ParamSpec>& ps) {
+  const bool on[] = {c.q_bias, c.k_bias, c.v_bias, c.o_bias};
+  const char* names[] = {"q_proj.", "k_proj.", "v_proj.", "o_proj."};
+  for (int i = 0; i < 4; ++i) {
+    ps.push_back({std::string(names[i]) + "weight", ParamRole::weight, in, in, Init::fan_in, in});
+    if (on[i]) ps.push_back({std::string(names[i]) + "bias", ParamRole::bias, in, 1, Init::fan_in, in});
+  }
+}
+
+void compile(CompileContext& ctx) {
+  Op op = ctx.op(OpKind::attention);
+  const int at = ctx.next();
+  op.heads = ctx.cfg().num_heads;
+  op.causal = ctx.cfg().causal;
+  op.rope = ctx.cfg().rope;
+  op.wq = ctx.param("q_proj.weight", at);
+  op.bq = ctx.param("q_proj.bias", at);
+  op.wk = ctx.param("k_proj.weight", at);
+  op.bk = ctx.param("k_proj.bias", at);
+  op.wv = ctx.param("v_proj.weight", at);
+  op.bv = ctx.param("v_proj.bias", at);
+  ctx.emit(op);
+  // The output projection is an ordinary linear op, so trailing-linear analysis and folds treat
+  // it like any Linear.
+  Op o = ctx.op(OpKind::linear);
+  o.w = ctx.param("o_proj.weight", at + 1);
+  o.b = ctx.param("o_proj.bias", at + 1);
+  ctx.emit(o);
+}
+
+std::string explain(const Op&, int) { return "feeds the projections of an attention layer"; }
+
+std::string torch(const LayerNode& n, TorchNeeds& needs) {
+  needs.add("attention");
+  const LayerConfig& c = n.cfg;
+  return "Attention(" + std::to_string(n.in_width) + ", num_heads=" + std::to_string(c.num_heads) +
+         ", q_bias=" + py_bool(c.q_bias) + ", k_bias=" + py_bool(c.k_bias) + ", v_bias=" + py_bool(c.v_bias) +
+         ", o_bias=" + py_bool(c.o_bias) + ", causal=" + py_bool(c.causal) + ", rope=" + py_bool(c.rope) + ")";
+}
+
+}  // namespace
+
+extern const LayerKind attention{LayerType::attention, "attention",
+                                 "Multi-head self-attention with query, key, value and output projections.",
+                                 kOptions, check, nullptr, params, compile, explain, torch};
+
+}  // namespace kinds
+
+}  // namespace biaslab

@@ -1,0 +1,40 @@
+// Attention (OpKind::attention): forward and JVP of the core (projections q, k, v, optional
+// RoPE, scaled dot-product scores, softmax, causal mask); the output projection compiles to an
+// ordinary linear op. See attention.cpp for the layer kind.
+#pragma once
+
+#include <optional>
+
+#include "layers/ops.hpp"
+#include "model/tangent.hpp"
+
+namespace biaslab {
+
+// Attention with separate query and key/value sources (the permutation probes use it):
+// xq: (B*Tq, F), xkv: (B*Tk, F); returns the context before o_proj, (B*Tq, F).
+// `pre`: the products x Wq^T, x Wk^T, x Wv^T reused instead of recomputed; `products`: filled
+// with them.
+template <class S>
+MatT<S> attention_core(const Model& m, const Op& op, const Weights<S>& w, const MatT<S>& xq,
+                       const MatT<S>& xkv, int batch, AttentionCache* cache = nullptr,
+                       Override<S> ov = {}, const std::vector<MatT<S>>* pre = nullptr,
+                       std::vector<MatT<S>>* products = nullptr);
+
+// In-place RoPE on (batch*tokens, F) rows (also used on tangents: the rotation is linear).
+void rope_rotate(Mat& z, int batch, int tokens, int heads);
+
+// RoPE angle tables for T positions and head dimension d: (T, d/2).
+void rope_tables(int tokens, int head_dim, Mat& cos_t, Mat& sin_t);
+
+// Tangent of the context (n*N, F) for n directions: dx is the input's tangent (or none), and
+// a seed on q/k/v biases enters after the projections (before RoPE, as the biases do).
+// x: the op's input (N, F); c: the float64 forward's cache.
+Mat attention_jvp(const Model& m, const Op& op, const Mat& x, const AttentionCache& c,
+                  const jvp_detail::Tangent* dx, const Seed& seed, int n);
+
+// Whether `param` is one of the q/k/v biases that enter inside the op.
+inline bool attention_takes_seed(const Op& op, int param) {
+  return param >= 0 && (param == op.bq || param == op.bk || param == op.bv);
+}
+
+}  // namespace biaslab

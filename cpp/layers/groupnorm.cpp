@@ -1,0 +1,45 @@
+// groupnorm: per sample, the features of each group normalised together over the tokens
+// (torch.nn.GroupNorm on (B, F, T)). Math: norm.cpp (NormKind::group).
+#include "layers/norm.hpp"
+#include "layers/layer.hpp"
+
+namespace biaslab::kinds {
+namespace {
+
+constexpr LayerOption kOptions[] = {
+    {integer("num_groups", 4, 1, Limits::max_features, "groups",
+             "Number of feature groups normalised together; must divide the width."),
+     &LayerConfig::num_groups},
+    {flag("affine", true, "Learns a per-feature scale and shift."), &LayerConfig::affine},
+    {number("eps", 1e-5, 0, true, 1, kEpsHelp), &LayerConfig::eps},
+};
+
+std::optional<Error> check(const LayerConfig& c, int in, const std::string& path) {
+  if (in % c.num_groups != 0)
+    return Error{path + ".num_groups", std::to_string(c.num_groups) + " does not divide features " + std::to_string(in)};
+  return std::nullopt;
+}
+
+void params(const LayerConfig& c, int in, int, std::vector<ParamSpec>& ps) {
+  if (c.affine) norm_affine_params(ps, in, true);
+}
+
+void compile(CompileContext& ctx) { compile_norm(ctx, NormKind::group); }
+
+std::string explain(const Op&, int) {
+  return "GroupNorm subtracts each group's mean: the group-constant part cancels";
+}
+
+std::string torch(const LayerNode& n, TorchNeeds& needs) {
+  needs.add("groupnorm");
+  return "GroupNorm(" + std::to_string(n.cfg.num_groups) + ", " + std::to_string(n.in_width) +
+         ", eps=" + py_float(n.cfg.eps) + ", affine=" + py_bool(n.cfg.affine) + ")";
+}
+
+}  // namespace
+
+extern const LayerKind groupnorm{LayerType::groupnorm, "groupnorm",
+                                 "Normalises groups of features together (torch.nn.GroupNorm).",
+                                 kOptions, check, nullptr, params, compile, explain, torch};
+
+}  // namespace biaslab::kinds

@@ -1,0 +1,134 @@
+// The layer registry: what one layer kind is, in one place.
+//
+// Each kind is a LayerKind value defined in its own file, cpp/layers/<kind>.cpp, and listed once
+// in cpp/layers/kinds.def (which also makes the LayerType enumerator). Everything outside
+// cpp/layers iterates the registry: the schema, parsing, printing and validation
+// (model/config.cpp), parameters and compiling to ops (model/network.cpp), the sentence that
+// explains a bias (analysis), and the PyTorch script (export/torch_export.cpp). A kind compiles
+// to ops of a small fixed vocabulary (OpKind: linear, norm, activation, softmax, attention,
+// residual markers) whose forward and JVP live beside the kinds that use them (norm.cpp,
+// attention.cpp, softmax.cpp, activation.hpp); an activation brings its own function and
+// derivative (Activation), so a new one needs no change to the drivers.
+#pragma once
+
+#include <cstddef>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "core/status.hpp"
+#include "layers/ops.hpp"
+#include "layers/options.hpp"
+#include "model/model.hpp"
+
+namespace biaslab {
+
+// A read-only view of a constexpr table (C++17 has no std::span).
+template <class T>
+struct Items {
+  const T* first = nullptr;
+  std::size_t count = 0;
+  template <std::size_t N>
+  constexpr Items(const T (&a)[N]) : first(a), count(N) {}
+  constexpr Items() = default;
+  const T* begin() const { return first; }
+  const T* end() const { return first + count; }
+};
+
+// How a parameter's initial values are drawn (model/network.cpp): projections as torch.nn.Linear,
+// U(-1/sqrt(fan_in), 1/sqrt(fan_in)); norm gains U(0.5, 1.5) and shifts U(-0.5, 0.5) (random, not
+// 1 and 0, so every fold is a real test); running mean U(-0.5, 0.5), running var U(0.5, 2).
+enum class Init { fan_in, gain, shift, run_mean, run_var };
+
+// One parameter a kind declares: (rows, cols) as in torch, e.g. Linear.weight is (out, in).
+struct ParamSpec {
+  std::string local;  // the name inside the layer, e.g. "k_proj.bias"
+  ParamRole role;
+  int rows, cols;
+  Init init;
+  int fan_in;
+};
+
+// Given to a kind's compile(): appends this layer's ops to the model.
+class CompileContext {
+ public:
+  CompileContext(Model& m, const LayerNode& node, std::string name, int index, void (*body)(Model&, const LayerNode&, const std::string&))
+      : m_(m), node_(node), name_(std::move(name)), index_(index), body_(body) {}
+  const LayerNode& node() const { return node_; }
+  const LayerConfig& cfg() const { return node_.cfg; }
+  // A new op of this layer (widths and names filled in); `kind` is its op family.
+  Op op(OpKind kind) const;
+  // The index of the op emit() adds next.
+  int next() const { return static_cast<int>(m_.ops.size()); }
+  // Adds this layer's parameter `local` to the model, used by op `op_index`; -1 when absent.
+  int param(const std::string& local, int op_index);
+  void emit(const Op& op) { m_.ops.push_back(op); }
+  Op& at(int i) { return m_.ops[i]; }
+  // Compiles the layer's body (residual blocks) here.
+  void body() { body_(m_, node_, name_); }
+
+ private:
+  Model& m_;
+  const LayerNode& node_;
+  std::string name_;
+  int index_;
+  void (*body_)(Model&, const LayerNode&, const std::string&);
+};
+
+// What the PyTorch script needs: Python sections by name (python/biaslab_torch, `# @export`).
+struct TorchNeeds {
+  std::vector<std::string> sections;
+  void add(const std::string& s) {
+    for (const auto& x : sections)
+      if (x == s) return;
+    sections.push_back(s);
+  }
+  bool has(const std::string& s) const {
+    for (const auto& x : sections)
+      if (x == s) return true;
+    return false;
+  }
+};
+
+struct LayerKind {
+  LayerType type;
+  const char* name;  // the config's "type"
+  const char* help;  // one sentence for the schema and the page's form
+  Items<LayerOption> options;
+  // Checks beyond each option's own range, at input width `in`: the first problem, at
+  // `path`.<option>. Null: none.
+  std::optional<Error> (*check)(const LayerConfig& c, int in, const std::string& path) = nullptr;
+  // The output width; null: the input width.
+  int (*out_width)(const LayerConfig& c, int in) = nullptr;
+  // The parameters and buffers, in order. Null: none.
+  void (*params)(const LayerConfig& c, int in, int out, std::vector<ParamSpec>& out_params) = nullptr;
+  // Appends the layer's ops.
+  void (*compile)(CompileContext& ctx) = nullptr;
+  // What happens to a bias whose tangent reaches op `at` of this layer (k: its redundant
+  // dimension), said in a few words; the analysis prefixes how it got there.
+  std::string (*explain_incoming)(const Op& at, int k) = nullptr;
+  // The torch.nn expression that builds the layer (in_width: its input width); notes the Python
+  // sections it uses. Layers with a body are written by the exporter around their body.
+  std::string (*torch)(const LayerNode& node, TorchNeeds& needs) = nullptr;
+  // Whether the kind holds a body of layers (residual): x + body(x) keeps the width.
+  bool has_body = false;
+  // Brings the config in line with the parameters after a fold changed them (a Linear's
+  // out_features from its weight). Null: nothing to do.
+  void (*sync)(LayerNode& node) = nullptr;
+};
+
+// The kind of a LayerType, and all kinds in schema order (kinds.def).
+const LayerKind& layer_kind(LayerType t);
+Items<const LayerKind*> layer_kinds();
+// nullptr when no kind has that name.
+const LayerKind* find_layer_kind(const std::string& name);
+
+// Shared by the activation kinds: one activation op, and what a nonlinearity does to a bias.
+void compile_activation(CompileContext& ctx, const Activation& act);
+std::string explain_nonlinearity(const Op& at, int k);
+
+// Helpers shared by the kinds' torch() functions.
+std::string py_float(double v);
+const char* py_bool(bool b);
+
+}  // namespace biaslab

@@ -1,0 +1,99 @@
+// The op vocabulary that layer kinds compile to (OpKind in model/model.hpp), and what their
+// forward passes share: weights in a dtype, one-parameter overrides, the affine map, softmax
+// rows and activations. Shape letters as in model/model.hpp.
+#pragma once
+
+#include <algorithm>
+#include <cmath>
+#include <type_traits>
+#include <vector>
+
+#include "model/model.hpp"
+
+namespace biaslab {
+
+template <class S>
+using Weights = std::vector<MatT<S>>;  // Model::params values in dtype S, same order
+
+template <class S>
+Weights<S> cast_weights(const Model& m) {
+  Weights<S> w;
+  w.reserve(m.params.size());
+  for (const auto& p : m.params) w.push_back(p.value.template cast<S>());
+  return w;
+}
+
+// One parameter replaced (for perturbations) without copying the rest.
+template <class S>
+struct Override {
+  int index = -1;
+  const MatT<S>* value = nullptr;
+};
+
+template <class S>
+const MatT<S>& param(const Weights<S>& w, Override<S> ov, int i) {
+  return i == ov.index ? *ov.value : w[i];
+}
+
+// What the JVP needs from an attention op's float64 forward.
+struct AttentionCache {
+  Mat q, k, v;             // (N, F), after bias and RoPE
+  std::vector<Mat> probs;  // [b * H + h]: (T, T) softmax rows
+};
+
+// y = x W^T + b. x: (N, in), W: (out, in), b: (out, 1) or absent. `pre`: x W^T already
+// computed; `product`: receives x W^T.
+template <class S>
+MatT<S> linear(const MatT<S>& x, const MatT<S>& W, const MatT<S>* b, const MatT<S>* pre = nullptr,
+               MatT<S>* product = nullptr) {
+  MatT<S> y = pre ? *pre : MatT<S>(x * W.transpose());
+  if (product) *product = y;
+  if (b) y.rowwise() += b->col(0).transpose();
+  return y;
+}
+
+// Row-wise softmax in place, max-subtracted. With `causal`, row i keeps only columns j <= i
+// (the others are masked and get exactly 0). Plain loops: a row's result depends on its values
+// only, never on its position in memory (token permutations stay bit-exact).
+template <class S, class Rows>
+void softmax_rows(Rows&& z, bool causal = false) {
+  const Eigen::Index cols = z.cols();
+  for (Eigen::Index i = 0; i < z.rows(); ++i) {
+    const Eigen::Index len = causal ? std::min(i + 1, cols) : cols;
+    S mx = z(i, 0);
+    for (Eigen::Index j = 1; j < len; ++j) mx = std::max(mx, z(i, j));
+    S sum = 0;
+    for (Eigen::Index j = 0; j < len; ++j) {
+      const S e = std::exp(z(i, j) - mx);
+      z(i, j) = e;
+      sum += e;
+    }
+    for (Eigen::Index j = 0; j < len; ++j) z(i, j) /= sum;
+    for (Eigen::Index j = len; j < cols; ++j) z(i, j) = 0;
+  }
+}
+
+// The softmax op (softmax.cpp): y = softmax_rows(x); the JVP for n directions dx: (n*N, F).
+template <class S>
+MatT<S> softmax_forward(const MatT<S>& x);
+Mat softmax_jvp(const Mat& x, const Mat& dx, int n);
+
+// An elementwise activation, defined in its kind's file: y = f(x) in float32 and float64, and
+// f'(x) in float64 for the JVP. (N, F) -> (N, F).
+struct Activation {
+  const char* name;
+  MatT<float> (*f32)(const MatT<float>& x);
+  Mat (*f64)(const Mat& x);
+  Mat (*derivative)(const Mat& x);
+  // Piecewise linear with a kink (ReLU): the structure's sample can miss the region where a unit
+  // switches, so its stopping rule treats such layers apart (analysis/structure.cpp).
+  bool kinked;
+};
+
+template <class S>
+MatT<S> activate(const Activation& a, const MatT<S>& x) {
+  if constexpr (std::is_same_v<S, float>) return a.f32(x);
+  else return a.f64(x);
+}
+
+}  // namespace biaslab

@@ -1,0 +1,32 @@
+// residual: x + body(x). Compiles to a begin marker, the body's ops and an end marker; the
+// forward and JVP drivers keep the skip (model/forward.cpp, model/jvp.cpp).
+#include "layers/layer.hpp"
+
+namespace biaslab::kinds {
+namespace {
+
+constexpr LayerOption kOptions[] = {
+    {layer_list("body", "The layers of the branch; the block computes x + body(x)."),
+     &LayerConfig::body},
+};
+
+void compile(CompileContext& ctx) {
+  const int at = ctx.next();
+  ctx.emit(ctx.op(OpKind::residual_begin));
+  ctx.body();
+  Op end = ctx.op(OpKind::residual_end);
+  end.partner = at;
+  ctx.at(at).partner = ctx.next();
+  ctx.emit(end);
+}
+
+std::string explain(const Op&, int) { return "feeds a residual block"; }
+
+}  // namespace
+
+extern const LayerKind residual{LayerType::residual, "residual",
+                                "Residual block computing x + body(x).",
+                                kOptions, nullptr, nullptr, nullptr, compile, explain, nullptr,
+                                /*has_body=*/true};
+
+}  // namespace biaslab::kinds
