@@ -1,4 +1,4 @@
-// Fuzz target: the whole analysis (cpp/core/analyze.hpp `analyze`) on small configs, with folds,
+// Fuzz target: the whole analysis (cpp/analysis/analyze.hpp `analyze`) on small configs, with folds,
 // invariances and the sweep on.
 //
 // Input: any bytes, read as config text. Inputs the parser rejects, and valid configs too big to

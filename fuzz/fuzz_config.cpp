@@ -1,4 +1,4 @@
-// Fuzz target: the config parser, validation and printing (cpp/core/config.*).
+// Fuzz target: the config parser, validation and printing (cpp/model/config.*).
 //
 // Input: any bytes, read as config text. Checks, besides "no crash, no sanitizer report":
 //   - a rejected config has an error with a message (never an empty explanation);

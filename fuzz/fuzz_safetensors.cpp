@@ -1,4 +1,4 @@
-// Fuzz target: the safetensors reader (cpp/core/safetensors.*), on arbitrary bytes as the file.
+// Fuzz target: the safetensors reader (cpp/export/safetensors.*), on arbitrary bytes as the file.
 //
 // Checks, besides "no crash, no sanitizer report":
 //   - a rejected file has an error with a message;

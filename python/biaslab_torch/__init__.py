@@ -3,7 +3,7 @@
 The build embeds these files in the binary (cmake/torch_python.cmake): a line `# @export NAME`
 starts a section, which runs to the next `# @export` or `# @end` line or to the end of the file,
 and becomes the C++ string `py::NAME` (generated header torch_python.hpp). The exporter
-(cpp/core/torch_export.cpp) joins the sections a config needs with the parts it writes from the
+(cpp/export/torch_export.cpp) joins the sections a config needs with the parts it writes from the
 config (CONFIG, SEED, DTYPE, the shape, build_model, FOLDS) into one script. Text outside the
 sections (module docstrings, the imports at the top of each file) is not exported: it makes each
 file importable and lintable on its own. A section's text is copied byte for byte, blank lines

@@ -1,5 +1,5 @@
 """Fold helpers: each rewrites a float64 model in place at (seq, i), as the engine's fold rule of the
-same name does (cpp/core/folds.cpp). The exporter emits, after the "Exact folds" banner, only the
+same name does (cpp/folds/folds.cpp). The exporter emits, after the "Exact folds" banner, only the
 helpers of the rules that apply to the config, and lists them in FOLDS.
 """
 from .head import torch, nn

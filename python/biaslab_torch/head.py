@@ -25,7 +25,7 @@ from torch.nn.utils.stateless import functional_call
 __all__ = ["argparse", "copy", "json", "math", "struct", "sys", "time", "np", "torch", "fwAD", "nn",
            "jacobian", "functional_call"]
 
-# What cpp/core/torch_export.cpp writes after the imports, from the config. These stand-ins let the
+# What cpp/export/torch_export.cpp writes after the imports, from the config. These stand-ins let the
 # sections be imported and tested on their own; biaslab_torch.configure() replaces them.
 CONFIG = {"version": 1, "seed": 0, "dtype": "float64", "shape": {"batch": 1, "tokens": 1, "features": 1},
           "layers": []}
