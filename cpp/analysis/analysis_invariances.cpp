@@ -4,6 +4,7 @@
 
 #include "analysis/analysis.hpp"
 #include "core/cold.hpp"
+#include "layers/norm.hpp"
 #include "model/forward.hpp"
 #include "core/rng.hpp"
 
@@ -89,16 +90,10 @@ BIASLAB_COLD std::vector<Probe> analyse_invariances(Context& c) {
       // of its own (near-constant sets would amplify it) and tests the law itself.
       const double pow2[] = {0.25, 0.5, 2.0, 4.0};
       const Vec ss = Vec::NullaryExpr(std::max(N, F) * 4, [&]() { return pow2[rng.next() % 4]; });
-      std::string what;
+      const std::string what = norm_set_words(op);
       for (int r = 0; r < N; ++r)
         for (int f = 0; f < F; ++f) {
-          int set = 0;
-          switch (op.norm) {
-            case NormKind::layer: case NormKind::rms: set = r; what = "per token"; break;
-            case NormKind::batch_train: case NormKind::batch_eval: set = f; what = "per feature, across batch and tokens"; break;
-            case NormKind::instance: set = (r / T) * F + f; what = "per sample and feature"; break;
-            case NormKind::group: set = (r / T) * op.groups + f / (F / op.groups); what = "per sample and group"; break;
-          }
+          const int set = norm_set(op, r, f, T, F);
           shift(r, f) = cs(set % cs.size());
           scale(r, f) = ss(set % ss.size());
         }
@@ -108,8 +103,7 @@ BIASLAB_COLD std::vector<Probe> analyse_invariances(Context& c) {
         const MatT<float> inf = in.cast<float>();
         return combine_eval(dt, op_forward<float>(m, o, wf, inf), op_forward<double>(m, o, wd, in));
       };
-      const bool centred = op.norm != NormKind::rms && op.norm != NormKind::batch_eval;
-      const bool scaled = op.norm != NormKind::batch_eval;
+      const bool centred = norm_centres(op), scaled = norm_scales(op);
       probes.push_back({"norm: shift the input " + what, op.layer, "x -> x + c", centred ? "invariant" : "changes",
                         "", Evaluator::compare(run(op, xs), run(op, xs + shift))});
       probes.push_back({"norm: scale the input " + what, op.layer, "x -> s x (s in 1/4, 1/2, 2, 4)",
