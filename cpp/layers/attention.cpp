@@ -290,6 +290,12 @@ void compile(CompileContext& ctx) {
 
 std::string explain(const Op&, int) { return "feeds the projections of an attention layer"; }
 
+// q, k and v read the input; o_proj writes the output.
+constexpr Projection kReads[] = {{"q_proj.", &LayerConfig::q_bias}, {"k_proj.", &LayerConfig::k_bias},
+                                 {"v_proj.", &LayerConfig::v_bias}};
+constexpr Projection kWrites{"o_proj.", &LayerConfig::o_bias};
+constexpr FoldTraits kFolds{kReads, &kWrites};
+
 std::string torch(const LayerNode& n, TorchNeeds& needs) {
   needs.add("attention");
   const LayerConfig& c = n.cfg;
@@ -302,7 +308,8 @@ std::string torch(const LayerNode& n, TorchNeeds& needs) {
 
 extern const LayerKind attention{LayerType::attention, "attention",
                                  "Multi-head self-attention with query, key, value and output projections.",
-                                 kOptions, check, nullptr, params, compile, explain, torch};
+                                 kOptions, check, nullptr, params, compile, explain, torch,
+                                 /*has_body=*/false, nullptr, &kFolds};
 
 }  // namespace kinds
 

@@ -39,10 +39,16 @@ std::string torch(const LayerNode& n, TorchNeeds& needs) {
          ", mode=\"" + (c.mode == BatchNormMode::train ? "train" : "eval") + "\")";
 }
 
+// Its shift feeds what follows (tied to the gain by affine, so zeroed); in train mode it
+// cancels any vector added to its input.
+bool cancels_shift(const LayerConfig& c) { return c.mode == BatchNormMode::train; }
+constexpr FoldTraits kFolds{{}, nullptr, "bias", nullptr, cancels_shift, nullptr};
+
 }  // namespace
 
 extern const LayerKind batchnorm{LayerType::batchnorm, "batchnorm",
                                  "Normalises each feature over batch and tokens (torch.nn.BatchNorm1d).",
-                                 kOptions, nullptr, nullptr, params, compile, explain, torch};
+                                 kOptions, nullptr, nullptr, params, compile, explain, torch,
+                                 /*has_body=*/false, nullptr, &kFolds};
 
 }  // namespace biaslab::kinds

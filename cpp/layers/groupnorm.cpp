@@ -36,10 +36,15 @@ std::string torch(const LayerNode& n, TorchNeeds& needs) {
          ", eps=" + py_float(n.cfg.eps) + ", affine=" + py_bool(n.cfg.affine) + ")";
 }
 
+// Its shift feeds what follows; it cancels the mean of each group of a vector added to its input.
+int groups(const LayerConfig& c) { return c.num_groups; }
+constexpr FoldTraits kFolds{{}, nullptr, "bias", nullptr, nullptr, groups};
+
 }  // namespace
 
 extern const LayerKind groupnorm{LayerType::groupnorm, "groupnorm",
                                  "Normalises groups of features together (torch.nn.GroupNorm).",
-                                 kOptions, check, nullptr, params, compile, explain, torch};
+                                 kOptions, check, nullptr, params, compile, explain, torch,
+                                 /*has_body=*/false, nullptr, &kFolds};
 
 }  // namespace biaslab::kinds

@@ -26,10 +26,15 @@ std::string torch(const LayerNode& n, TorchNeeds& needs) {
          ", affine=" + py_bool(n.cfg.affine) + ")";
 }
 
+// Its shift feeds what follows; it cancels any vector added to its input (constant over tokens).
+bool cancels_shift(const LayerConfig&) { return true; }
+constexpr FoldTraits kFolds{{}, nullptr, "bias", nullptr, cancels_shift, nullptr};
+
 }  // namespace
 
 extern const LayerKind instancenorm{LayerType::instancenorm, "instancenorm",
                                     "Normalises each feature over the tokens of one sequence (torch.nn.InstanceNorm1d).",
-                                    kOptions, nullptr, nullptr, params, compile, explain, torch};
+                                    kOptions, nullptr, nullptr, params, compile, explain, torch,
+                                 /*has_body=*/false, nullptr, &kFolds};
 
 }  // namespace biaslab::kinds

@@ -90,6 +90,32 @@ struct TorchNeeds {
   }
 };
 
+// A projection x W^T + b inside a layer: parameters <prefix>weight (out, in) and <prefix>bias,
+// the bias present when the config member `bias` is set.
+struct Projection {
+  const char* prefix;
+  bool LayerConfig::*bias;
+};
+
+// What a layer declares for the fold rules (cpp/folds), which match neighbours on these and never
+// on kind names.
+struct FoldTraits {
+  // The projections that read the layer's input directly: a norm's affine before the layer folds
+  // into each of them.
+  Items<Projection> reads;
+  // The projection whose output is the layer's output: its bias is what a following norm may
+  // cancel, and what LayerNorm -> RMSNorm centres. Null: none.
+  const Projection* writes = nullptr;
+  // A learned shift added to the output (a norm's "bias"), which a following norm may cancel
+  // too; `shift_flag` removes it where the config has a flag for it alone (else it is zeroed).
+  const char* shift = nullptr;
+  bool LayerConfig::*shift_flag = nullptr;
+  // What the layer does to a vector b added to its input: whether it cancels b whatever b is,
+  // and over how many equal groups of features it cancels b's mean (0: it does not).
+  bool (*cancels_shift)(const LayerConfig& c) = nullptr;
+  int (*cancels_mean_groups)(const LayerConfig& c) = nullptr;
+};
+
 struct LayerKind {
   LayerType type;
   const char* name;  // the config's "type"
@@ -115,7 +141,12 @@ struct LayerKind {
   // Brings the config in line with the parameters after a fold changed them (a Linear's
   // out_features from its weight). Null: nothing to do.
   void (*sync)(LayerNode& node) = nullptr;
+  // For the fold rules. Null: the layer declares nothing they can use.
+  const FoldTraits* folds = nullptr;
 };
+
+// A kind's fold traits, or empty ones.
+const FoldTraits& fold_traits(LayerType t);
 
 // The kind of a LayerType, and all kinds in schema order (kinds.def).
 const LayerKind& layer_kind(LayerType t);

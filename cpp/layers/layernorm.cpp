@@ -34,10 +34,16 @@ std::string torch(const LayerNode& n, TorchNeeds& needs) {
   return "nn.LayerNorm(" + F + ", eps=" + eps + (c.elementwise_affine ? "" : ", elementwise_affine=False") + ")";
 }
 
+// Its shift feeds what follows (removable on its own: bias=false); it cancels the mean of a
+// vector added to its input.
+int one_group(const LayerConfig&) { return 1; }
+constexpr FoldTraits kFolds{{}, nullptr, "bias", &LayerConfig::bias, nullptr, one_group};
+
 }  // namespace
 
 extern const LayerKind layernorm{LayerType::layernorm, "layernorm",
                                  "Normalises each token over its features (torch.nn.LayerNorm).",
-                                 kOptions, nullptr, nullptr, params, compile, explain, torch};
+                                 kOptions, nullptr, nullptr, params, compile, explain, torch,
+                                 /*has_body=*/false, nullptr, &kFolds};
 
 }  // namespace biaslab::kinds

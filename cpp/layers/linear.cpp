@@ -32,6 +32,10 @@ void sync(LayerNode& n) {
   if (const Param* w = n.find("weight")) n.cfg.out_features = static_cast<int>(w->value.rows());
 }
 
+// The layer is its one projection: it reads the input and writes the output.
+constexpr Projection kProjection[] = {{"", &LayerConfig::bias}};
+constexpr FoldTraits kFolds{kProjection, &kProjection[0]};
+
 std::string torch(const LayerNode& n, TorchNeeds&) {
   return "nn.Linear(" + std::to_string(n.in_width) + ", " + std::to_string(n.out_width) +
          ", bias=" + py_bool(n.cfg.bias) + ")";
@@ -42,6 +46,6 @@ std::string torch(const LayerNode& n, TorchNeeds&) {
 extern const LayerKind linear{LayerType::linear, "linear",
                               "Affine map x W^T + b over the features (torch.nn.Linear).",
                               kOptions, nullptr, out_width, params, compile, nullptr, torch,
-                              /*has_body=*/false, sync};
+                              /*has_body=*/false, sync, &kFolds};
 
 }  // namespace biaslab::kinds

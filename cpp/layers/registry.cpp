@@ -22,6 +22,12 @@ const LayerKind* const kRegistry[] = {
 
 const LayerKind& layer_kind(LayerType t) { return *kRegistry[static_cast<int>(t)]; }
 
+const FoldTraits& fold_traits(LayerType t) {
+  static const FoldTraits none{};
+  const FoldTraits* f = layer_kind(t).folds;
+  return f ? *f : none;
+}
+
 Items<const LayerKind*> layer_kinds() { return kRegistry; }
 
 const LayerKind* find_layer_kind(const std::string& name) {

@@ -40,10 +40,15 @@ std::string explain(const Op&, int) { return "softmax is shift invariant: the al
 
 std::string torch(const LayerNode&, TorchNeeds&) { return "nn.Softmax(dim=-1)"; }
 
+// It cancels the mean of a vector added to its input (shift invariance).
+int one_group(const LayerConfig&) { return 1; }
+constexpr FoldTraits kFolds{{}, nullptr, nullptr, nullptr, nullptr, one_group};
+
 }  // namespace
 
 extern const LayerKind softmax{LayerType::softmax, "softmax", "Softmax over the features of each token.",
-                               {}, nullptr, nullptr, nullptr, compile, explain, torch};
+                               {}, nullptr, nullptr, nullptr, compile, explain, torch,
+                               /*has_body=*/false, nullptr, &kFolds};
 
 }  // namespace kinds
 }  // namespace biaslab

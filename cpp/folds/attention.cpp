@@ -1,0 +1,39 @@
+// Fold rules inside attention: the key bias (softmax is shift invariant) and the value bias (rows
+// of P sum to 1).
+#include "folds/rules.hpp"
+
+#include "core/cold.hpp"
+
+namespace biaslab::folds_detail {
+
+// --- attention biases ------------------------------------------------------------------------
+bool match_key_bias(const Seq& s, int i) {
+  return is(s, i, LayerType::attention) && s[i].cfg.k_bias && !s[i].cfg.rope;
+}
+BIASLAB_COLD void apply_key_bias(Seq& s, int i, const std::string& prefix, FoldApplied& out) {
+  const std::string n = name_of(prefix, i);
+  out.layers = {n};
+  out.moves.push_back({n + ".k_proj.bias", ""});
+  out.dof_removed = s[i].in_width;
+  s[i].cfg.k_bias = false;
+  remove_param(s[i], "k_proj.bias");
+}
+
+// softmax rows sum to 1, so P (1 b_V^T) = 1 b_V^T: the value bias adds W_O b_V to every token.
+bool match_value_bias(const Seq& s, int i) { return is(s, i, LayerType::attention) && s[i].cfg.v_bias; }
+BIASLAB_COLD void apply_value_bias(Seq& s, int i, const std::string& prefix, FoldApplied& out) {
+  LayerNode& a = s[i];
+  const Vec bv = col(a, "v_proj.bias");
+  Vec bo = a.find("o_proj.weight")->value * bv;
+  if (a.find("o_proj.bias")) bo += col(a, "o_proj.bias");
+  a.cfg.v_bias = false;
+  remove_param(a, "v_proj.bias");
+  a.cfg.o_bias = true;
+  set_param(a, "o_proj.bias", ParamRole::bias, bo);
+  const std::string n = name_of(prefix, i);
+  out.layers = {n};
+  out.moves.push_back({n + ".v_proj.bias", n + ".o_proj.bias"});
+  out.dof_removed = static_cast<int>(bv.size());
+}
+
+}  // namespace biaslab::folds_detail

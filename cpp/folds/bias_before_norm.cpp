@@ -1,0 +1,76 @@
+// Fold rules of a bias in front of a layer that cancels it (BatchNorm train, InstanceNorm) or its
+// mean (LayerNorm, softmax, GroupNorm per group). The bias is found through what the layers
+// declare: the projection that writes the output, or a norm's shift.
+#include "folds/rules.hpp"
+
+#include "core/cold.hpp"
+
+namespace biaslab::folds_detail {
+
+// --- biases in front of a normalisation ------------------------------------------------------
+// The bias-like parameter whose value is added directly to the input of s[i+1]: the last
+// layer's bias (through residual adds, which pass it on unchanged).
+struct Feeder {
+  LayerNode* node = nullptr;
+  std::string local, name;
+};
+BIASLAB_COLD Feeder feeder(Seq& s, int i, const std::string& prefix) {
+  if (i < 0 || i >= static_cast<int>(s.size())) return {};
+  LayerNode& n = s[i];
+  const std::string nm = name_of(prefix, i);
+  if (layer_kind(n.cfg.type).has_body) return feeder(n.body, static_cast<int>(n.body.size()) - 1, body_prefix(nm));
+  // The bias of the projection that writes the output, or the output shift of a norm.
+  const FoldTraits& t = fold_traits(n.cfg.type);
+  const std::string local = t.writes ? std::string(t.writes->prefix) + "bias" : t.shift ? t.shift : "";
+  if (local.empty() || !n.find(local)) return {};
+  return Feeder{&n, local, param_name(nm, local)};
+}
+Feeder feeder_c(const Seq& s, int i) { return feeder(const_cast<Seq&>(s), i, ""); }
+
+
+bool absorbs_all(const Seq& s, int j) {
+  const auto cancels = traits(s, j).cancels_shift;
+  return cancels && cancels(s[j].cfg);
+}
+
+bool match_drop_before_norm(const Seq& s, int i) {
+  return absorbs_all(s, i + 1) && feeder_c(s, i).node != nullptr;
+}
+BIASLAB_COLD void apply_drop_before_norm(Seq& s, int i, const std::string& prefix, FoldApplied& out) {
+  Feeder f = feeder(s, i, prefix);
+  out.layers = {name_of(prefix, i), name_of(prefix, i + 1)};
+  out.moves.push_back({f.name, ""});
+  out.dof_removed = static_cast<int>(f.node->find(f.local)->value.size());
+  LayerNode& n = *f.node;
+  // Remove through the config where a flag exists; a BN/GN/IN shift is tied to its gain by
+  // `affine`, so it is set to zero instead.
+  const FoldTraits& t = fold_traits(n.cfg.type);
+  bool LayerConfig::*flag = t.writes ? t.writes->bias : t.shift_flag;
+  if (flag) n.cfg.*flag = false;
+  else {
+    n.find(f.local)->value.setZero();
+    return;
+  }
+  remove_param(n, f.local);
+}
+
+// Centring: LayerNorm and softmax cancel the mean of a bias, GroupNorm each group's mean.
+int centre_groups(const Seq& s, int j) {
+  const auto groups = traits(s, j).cancels_mean_groups;
+  return groups ? groups(s[j].cfg) : 0;
+}
+bool match_centre_before_norm(const Seq& s, int i) {
+  return centre_groups(s, i + 1) > 0 && feeder_c(s, i).node != nullptr;
+}
+BIASLAB_COLD void apply_centre_before_norm(Seq& s, int i, const std::string& prefix, FoldApplied& out) {
+  const int G = centre_groups(s, i + 1);
+  Feeder f = feeder(s, i, prefix);
+  Mat& b = f.node->find(f.local)->value;
+  const int n = static_cast<int>(b.rows()), per = n / G;
+  for (int g = 0; g < G; ++g) b.middleRows(g * per, per).array() -= b.middleRows(g * per, per).mean();
+  out.layers = {name_of(prefix, i), name_of(prefix, i + 1)};
+  out.moves.push_back({f.name, f.name});
+  out.dof_removed = G;
+}
+
+}  // namespace biaslab::folds_detail

@@ -1,0 +1,79 @@
+// What the fold rules share (internal to cpp/folds): sequence access, the traits a layer
+// declares, parameter edits, and the rules' match/apply functions, defined in files by family.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "folds/folds.hpp"
+#include "layers/layer.hpp"
+
+namespace biaslab::folds_detail {
+
+using Seq = std::vector<LayerNode>;
+
+inline std::string name_of(const std::string& prefix, int i) { return layer_name(prefix, static_cast<size_t>(i)); }
+
+inline bool is(const Seq& s, int i, LayerType t) {
+  return i >= 0 && i < static_cast<int>(s.size()) && s[i].cfg.type == t;
+}
+// The fold traits the layer at i declares (empty ones outside the sequence).
+inline const FoldTraits& traits(const Seq& s, int i) {
+  static const FoldTraits none{};
+  return i >= 0 && i < static_cast<int>(s.size()) ? fold_traits(s[i].cfg.type) : none;
+}
+inline bool is_bn(const Seq& s, int i, BatchNormMode mode) {
+  return is(s, i, LayerType::batchnorm) && s[i].cfg.mode == mode;
+}
+
+inline void remove_param(LayerNode& n, const std::string& local) {
+  for (auto it = n.params.begin(); it != n.params.end(); ++it)
+    if (it->local == local) {
+      n.params.erase(it);
+      return;
+    }
+}
+
+// Sets (creating if absent) a parameter, keeping the layer's declaration order.
+inline void set_param(LayerNode& n, const std::string& local, ParamRole role, const Mat& value) {
+  if (Param* p = n.find(local)) {
+    p->value = value;
+    return;
+  }
+  // Declaration order from declare_params: re-declare and keep existing values.
+  std::vector<Param> fresh = declare_params(n.cfg, n.in_width, n.out_width, 0, "");
+  std::vector<Param> merged;
+  for (auto& f : fresh) {
+    if (f.local == local) merged.push_back({local, role, value});
+    else if (const Param* old = n.find(f.local)) merged.push_back(*old);
+  }
+  n.params = std::move(merged);
+}
+
+inline Vec col(const LayerNode& n, const std::string& local) {
+  const Param* p = n.find(local);
+  return p ? Vec(p->value.col(0)) : Vec();
+}
+
+// The rules, by family (the table in folds.cpp orders them).
+bool m_ln(const Seq& s, int i);
+bool m_rms(const Seq& s, int i);
+void apply_norm_affine(Seq& s, int i, const std::string& prefix, FoldApplied& out);
+bool match_ln_to_rms(const Seq& s, int i);
+void apply_ln_to_rms(Seq& s, int i, const std::string& prefix, FoldApplied& out);
+bool match_linear_bn(const Seq& s, int i);
+void apply_linear_bn(Seq& s, int i, const std::string& prefix, FoldApplied& out);
+bool match_bn_linear(const Seq& s, int i);
+void apply_bn_linear(Seq& s, int i, const std::string& prefix, FoldApplied& out);
+bool match_key_bias(const Seq& s, int i);
+void apply_key_bias(Seq& s, int i, const std::string& prefix, FoldApplied& out);
+bool match_value_bias(const Seq& s, int i);
+void apply_value_bias(Seq& s, int i, const std::string& prefix, FoldApplied& out);
+bool match_drop_before_norm(const Seq& s, int i);
+void apply_drop_before_norm(Seq& s, int i, const std::string& prefix, FoldApplied& out);
+bool match_centre_before_norm(const Seq& s, int i);
+void apply_centre_before_norm(Seq& s, int i, const std::string& prefix, FoldApplied& out);
+bool match_linear_linear(const Seq& s, int i);
+void apply_linear_linear(Seq& s, int i, const std::string& prefix, FoldApplied& out);
+
+}  // namespace biaslab::folds_detail
