@@ -173,3 +173,36 @@ TEST_CASE("naming: every bias row of a report names an existing bias-like parame
       }
   }
 }
+
+TEST_CASE("naming: the report's layers list every layer and every parameter of the model, in order, with shapes") {
+  for (const Preset& p : presets()) {
+    CAPTURE(p.name);
+    const std::string text = p.config;
+    const auto b = build(text);
+    const json r = test::report_of(text, /*folds=*/false);
+    // Every model parameter (buffers too) appears once, in Model::params order, with torch's shape.
+    std::vector<std::string> listed;
+    long trainable = 0;
+    for (const json& layer : r.at("layers")) {
+      CHECK(layer.at("in").get<int>() > 0);
+      CHECK(layer.at("out").get<int>() > 0);
+      for (const json& q : layer.at("params")) {
+        const std::string name = q.at("name");
+        CHECK(name.rfind(layer.at("name").get<std::string>() + ".", 0) == 0);
+        listed.push_back(name);
+        const ModelParam& mp = b.model.params[test::param_index(b.model, name)];
+        CHECK(q.at("role") == param_role_name(mp.role));
+        const json shape = q.at("shape");
+        long size = 1;
+        for (const json& d : shape) size *= d.get<long>();
+        CHECK(size == mp.value.size());
+        CHECK(shape[0].get<long>() == mp.value.rows());
+        if (mp.role != ParamRole::buffer) trainable += size;
+      }
+    }
+    std::vector<std::string> model_names;
+    for (const ModelParam& mp : b.model.params) model_names.push_back(mp.name);
+    CHECK(listed == model_names);
+    CHECK(trainable == r.at("summary").at("parameters").get<long>());
+  }
+}

@@ -159,9 +159,28 @@ BIASLAB_COLD json sweep_json(const Sweep& sweep) {
           {"series", series}};
 }
 
+// Every layer of the tree in order (bodies after their block), with its widths and every
+// parameter and buffer it declares: what the page draws, without a second list of declarations.
+BIASLAB_COLD void layers_json(const std::vector<LayerNode>& nodes, const std::string& seq_prefix, json& out) {
+  for (size_t i = 0; i < nodes.size(); ++i) {
+    const LayerNode& n = nodes[i];
+    const std::string name = layer_name(seq_prefix, i);
+    json params = json::array();
+    for (const Param& p : n.params) {
+      json shape = p.role == ParamRole::weight ? json::array({p.value.rows(), p.value.cols()}) : json::array({p.value.rows()});
+      params.push_back({{"name", param_name(name, p.local)}, {"role", param_role_name(p.role)}, {"shape", shape}});
+    }
+    out.push_back({{"name", name}, {"type", layer_type_name(n.cfg.type)}, {"in", n.in_width},
+                   {"out", n.out_width}, {"params", params}});
+    layers_json(n.body, body_prefix(name), out);
+  }
+}
+
 BIASLAB_COLD json report_json(const Context& c, const Results& r, json timing_ms) {
   json report = {{"ok", true}, {"format", 1}, {"biaslab_version", biaslab_version()}};
   report["config"] = config_to_json(c.cfg);
+  report["layers"] = json::array();
+  layers_json(c.net.layers, kTopLayers, report["layers"]);
   const Eval& base = c.ev->base();
   report["noise"] = {
       {"dtype", dtype_name(c.cfg.dtype)},
