@@ -107,6 +107,7 @@ std::string script(const ExperimentConfig& config, const TorchExportOptions& opt
   Network net = build_network(config);
   sync_network(net);
   TorchNeeds needs;
+  needs.shape = config.shape;
   std::string layers;
   emit_layers(net.layers, 8, layers, needs);
   const auto folds = find_folds(net);
@@ -149,12 +150,14 @@ verdicts and folds are what should agree.
   if (needs.has("attention")) out += py::attention;
   if (needs.has("rmsnorm")) out += py::rmsnorm;
   if (needs.has("layer_norm_without_bias")) out += py::layer_norm_without_bias;
-  if (needs.has("batchnorm") || needs.has("groupnorm") || needs.has("instancenorm")) out += py::features_last;
+  const bool groupnorm = needs.has("groupnorm") || needs.has("groupnorm_one_value");
+  if (needs.has("batchnorm") || groupnorm || needs.has("instancenorm")) out += py::features_last;
   if (needs.has("batchnorm")) {
     out += s.batch * s.tokens == 1 ? py::batchnorm_class_one_value : py::batchnorm_class;
     out += py::batch_norm;
   }
-  if (needs.has("groupnorm")) out += py::groupnorm;
+  // The one-value variant also handles the other widths (its guard is per call).
+  if (groupnorm) out += needs.has("groupnorm_one_value") ? py::groupnorm_one_value : py::groupnorm;
   if (needs.has("instancenorm")) out += s.tokens == 1 ? py::instancenorm_one_token : py::instancenorm;
   if (needs.has("residual")) out += py::residual;
   out += py::net;

@@ -31,7 +31,9 @@ std::string explain(const Op&, int) {
 }
 
 std::string torch(const LayerNode& n, TorchNeeds& needs) {
-  needs.add("groupnorm");
+  // torch refuses group statistics of one value: a variant class handles that case.
+  const long per_group = long(needs.shape.batch) * needs.shape.tokens * (n.in_width / n.cfg.num_groups);
+  needs.add(per_group == 1 ? "groupnorm_one_value" : "groupnorm");
   return "GroupNorm(" + std::to_string(n.cfg.num_groups) + ", " + std::to_string(n.in_width) +
          ", eps=" + py_float(n.cfg.eps) + ", affine=" + py_bool(n.cfg.affine) + ")";
 }

@@ -77,6 +77,7 @@ class CompileContext {
 
 // What the PyTorch script needs: Python sections by name (python/biaslab_torch, `# @export`).
 struct TorchNeeds {
+  Shape shape;  // the experiment's, for classes with a variant for one value
   std::vector<std::string> sections;
   void add(const std::string& s) {
     for (const auto& x : sections)
