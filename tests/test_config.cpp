@@ -30,7 +30,8 @@ const char* const kFullConfig = R"({
     {"type": "groupnorm", "num_groups": 8, "affine": false, "eps": 0.5},
     {"type": "instancenorm", "affine": true, "eps": 1},
     {"type": "attention", "num_heads": 2, "q_bias": false, "k_bias": false, "v_bias": false,
-     "o_bias": false, "causal": true, "rope": true},
+     "o_bias": false, "causal": true, "rope": true, "rotary_dim": 8, "rope_style": "interleaved",
+     "rope_base": 500000},
     {"type": "relu"},
     {"type": "gelu", "approximate": "tanh"},
     {"type": "softmax"},
@@ -430,6 +431,25 @@ TEST_CASE("config: attention heads, rope and groups must fit the width at that l
   CHECK(parse_config_text(R"({"shape": {"features": 72},
       "layers": [{"type": "attention", "num_heads": 8}]})")
             .ok());
+
+  // Partial RoPE: an even rotary_dim up to the head dimension, and the RoPE options need rope.
+  r = parse_config_text(R"({"layers": [{"type": "attention", "num_heads": 4, "rope": true, "rotary_dim": 6}]})");
+  CHECK(r.ok());
+  r = parse_config_text(R"({"layers": [{"type": "attention", "num_heads": 4, "rope": true, "rotary_dim": 18}]})");
+  CHECK(r.error().what() ==
+        "layers[0].rotary_dim: must be even and at most the head dimension 16 (features 64 / 4 heads), got 18");
+  r = parse_config_text(R"({"layers": [{"type": "attention", "num_heads": 4, "rope": true, "rotary_dim": 5}]})");
+  CHECK(r.error().path == "layers[0].rotary_dim");
+  r = parse_config_text(R"({"shape": {"features": 72}, "layers": [{"type": "attention", "num_heads": 8, "rope": true, "rotary_dim": 4}]})");
+  CHECK(r.ok());  // an odd head dimension (9) is fine when only 4 of its dimensions rotate
+  r = parse_config_text(R"({"layers": [{"type": "attention", "rotary_dim": 4}]})");
+  CHECK(r.error().what() == "layers[0].rotary_dim: rotary_dim needs rope: true");
+  r = parse_config_text(R"({"layers": [{"type": "attention", "rope_style": "interleaved"}]})");
+  CHECK(r.error().what() == "layers[0].rope_style: rope_style needs rope: true");
+  r = parse_config_text(R"({"layers": [{"type": "attention", "rope_base": 1000000}]})");
+  CHECK(r.error().what() == "layers[0].rope_base: rope_base needs rope: true");
+  r = parse_config_text(R"({"layers": [{"type": "attention", "rope": true, "rope_base": 1}]})");
+  CHECK(r.error().path == "layers[0].rope_base");
 
   r = parse_config_text(R"({"layers": [{"type": "groupnorm", "num_groups": 5}]})");
   CHECK(r.error().what() == "layers[0].num_groups: 5 does not divide features 64");

@@ -22,6 +22,11 @@ BIASLAB_COLD std::string explain(const Model& m, const ModelParam& p, int k, int
   const Op& op = m.ops[p.op];
   if (op.kind == OpKind::attention) {
     if (local == "k_proj.bias") {
+      const int head_dim = op.in / op.heads;
+      if (op.rope && k > 0 && k < n && op.rotary_dim < head_dim)
+        return "RoPE rotates only the first " + std::to_string(op.rotary_dim) + " of each head's " +
+               std::to_string(head_dim) + " dimensions: the key bias on the others adds q_i . b_K to a "
+               "whole score row (softmax cancels it), on the rotated ones it varies along the row";
       if (op.rope && k < n)
         return "RoPE rotates the key bias by each key's position, so q_i . R_j b_K varies along the row";
       return std::string("adds q_i . b_K to every score of row i; softmax is shift invariant") +

@@ -13,18 +13,21 @@ using jvp_detail::add;
 
 namespace {
 
-// In-place RoPE on (B*T, F) rows, per head: pairs (i, i + d/2) rotate by t * 10000^(-2i/d).
+// In-place RoPE on (B*T, F) rows, per head of d dimensions: the first r = op.rotary_dim rotate,
+// pair i (features i and i + r/2, or 2i and 2i + 1 interleaved) by t * base^(-2i/r); the rest
+// pass unchanged (partial RoPE, as GPT-NeoX).
 template <class S>
-void apply_rope(MatT<S>& z, int batch, int tokens, int heads) {
-  const int d = static_cast<int>(z.cols()) / heads, half = d / 2;
+void apply_rope(MatT<S>& z, int batch, int tokens, const Op& op) {
+  const int d = static_cast<int>(z.cols()) / op.heads, r = op.rotary_dim, half = r / 2;
   Mat c, s;
-  rope_tables(tokens, d, c, s);
+  rope_tables(tokens, r, c, s, op.rope_base);
+  const int first_step = op.rope_interleaved ? 2 : 1, second = op.rope_interleaved ? 1 : half;
   for (int b = 0; b < batch; ++b)
     for (int t = 0; t < tokens; ++t)
-      for (int h = 0; h < heads; ++h)
+      for (int h = 0; h < op.heads; ++h)
         for (int i = 0; i < half; ++i) {
-          S& a = z(b * tokens + t, h * d + i);
-          S& e = z(b * tokens + t, h * d + half + i);
+          S& a = z(b * tokens + t, h * d + first_step * i);
+          S& e = z(b * tokens + t, h * d + first_step * i + second);
           const S ct = S(c(t, i)), st = S(s(t, i));
           const S a0 = a, e0 = e;
           a = a0 * ct - e0 * st;
@@ -34,14 +37,21 @@ void apply_rope(MatT<S>& z, int batch, int tokens, int heads) {
 
 }  // namespace
 
-void rope_rotate(Mat& z, int batch, int tokens, int heads) { apply_rope<double>(z, batch, tokens, heads); }
+void rope_rotate(Mat& z, int batch, int tokens, const Op& op) { apply_rope<double>(z, batch, tokens, op); }
 
-void rope_tables(int tokens, int head_dim, Mat& cos_t, Mat& sin_t) {
-  const int half = head_dim / 2;
+void rope_rotate(Mat& z, int batch, int tokens, int heads) {
+  Op op;
+  op.heads = heads;
+  op.rotary_dim = static_cast<int>(z.cols()) / heads;
+  rope_rotate(z, batch, tokens, op);
+}
+
+void rope_tables(int tokens, int rotary_dim, Mat& cos_t, Mat& sin_t, double base) {
+  const int half = rotary_dim / 2;
   cos_t.resize(tokens, half);
   sin_t.resize(tokens, half);
   for (int i = 0; i < half; ++i) {
-    const double inv_freq = std::pow(10000.0, -2.0 * i / head_dim);
+    const double inv_freq = std::pow(base, -2.0 * i / rotary_dim);
     for (int t = 0; t < tokens; ++t) {
       cos_t(t, i) = std::cos(t * inv_freq);
       sin_t(t, i) = std::sin(t * inv_freq);
@@ -63,8 +73,8 @@ MatT<S> attention_core(const Model& m, const Op& op, const Weights<S>& w, const 
   MatT<S> k = linear<S>(xkv, param(w, ov, op.wk), opt(op.bk), pre_i(1), out_i(1));
   MatT<S> v = linear<S>(xkv, param(w, ov, op.wv), opt(op.bv), pre_i(2), out_i(2));
   if (op.rope) {
-    apply_rope(q, batch, Tq, H);
-    apply_rope(k, batch, Tk, H);
+    apply_rope(q, batch, Tq, op);
+    apply_rope(k, batch, Tk, op);
   }
   const S scale = S(1) / std::sqrt(S(d));
   MatT<S> ctx(xq.rows(), F);
@@ -191,8 +201,8 @@ Mat attention_jvp(const Model& m, const Op& op, const Mat& x, const AttentionCac
   };
   std::optional<Mat> dq = dense(tq), dk = dense(tk), dv = dense(tv);
   if (op.rope) {
-    if (dq) rope_rotate(*dq, n * B, T, H);
-    if (dk) rope_rotate(*dk, n * B, T, H);
+    if (dq) rope_rotate(*dq, n * B, T, op);
+    if (dk) rope_rotate(*dk, n * B, T, op);
   }
   const double scale = 1.0 / std::sqrt(static_cast<double>(d));
   Mat out = Mat::Zero(Eigen::Index(n) * N, F);
@@ -232,6 +242,7 @@ Mat attention_jvp(const Model& m, const Op& op, const Mat& x, const AttentionCac
 namespace kinds {
 namespace {
 
+constexpr const char* kRopeStyles[] = {"half", "interleaved", nullptr};
 constexpr LayerOption kOptions[] = {
     {integer("num_heads", 4, 1, Limits::max_num_heads, "heads",
              "Number of attention heads; must divide the width."),
@@ -244,13 +255,38 @@ constexpr LayerOption kOptions[] = {
      &LayerConfig::causal},
     {flag("rope", false, "Rotates queries and keys by position (RoPE); needs an even head dimension."),
      &LayerConfig::rope},
+    {integer("rotary_dim", 0, 2, Limits::max_features, "dimensions",
+             "With rope: how many leading dimensions of each head rotate (partial RoPE, as GPT-NeoX "
+             "and Pythia); even, at most the head dimension; omit it to rotate them all.",
+             "the head dimension"),
+     &LayerConfig::rotary_dim},
+    {choice("rope_style", kRopeStyles, 0,
+            "With rope: half rotates dimension i with i + r/2 (rotate_half: Llama, GPT-NeoX); "
+            "interleaved rotates 2i with 2i + 1 (GPT-J)."),
+     &LayerConfig::rope_style},
+    {number("rope_base", 10000, 1, true, 1e12,
+            "With rope: pair i turns by position * rope_base^(-2i/r) (Llama 10000, Qwen2 1000000)."),
+     &LayerConfig::rope_base},
 };
 
 std::optional<Error> check(const LayerConfig& c, int in, const std::string& path) {
   if (in % c.num_heads != 0)
     return Error{path + ".num_heads", std::to_string(c.num_heads) + " does not divide features " + std::to_string(in)};
   const int head_dim = in / c.num_heads;
-  if (c.rope && head_dim % 2 != 0)
+  if (!c.rope) {
+    const char* set = c.rotary_dim != 0 ? "rotary_dim" : c.rope_style != RopeStyle::half ? "rope_style"
+                      : c.rope_base != 10000.0 ? "rope_base" : nullptr;
+    if (set) return Error{path + "." + set, std::string(set) + " needs rope: true"};
+    return std::nullopt;
+  }
+  if (c.rotary_dim != 0) {
+    if (c.rotary_dim % 2 != 0 || c.rotary_dim > head_dim)
+      return Error{path + ".rotary_dim", "must be even and at most the head dimension " + std::to_string(head_dim) +
+                                             " (features " + std::to_string(in) + " / " + std::to_string(c.num_heads) +
+                                             " heads), got " + std::to_string(c.rotary_dim)};
+    return std::nullopt;
+  }
+  if (head_dim % 2 != 0)
     return Error{path + ".rope", "rope needs an even head dimension, got " + std::to_string(head_dim) +
                                      " (features " + std::to_string(in) + " / " + std::to_string(c.num_heads) +
                                      " heads)"};
@@ -273,6 +309,9 @@ void compile(CompileContext& ctx) {
   op.heads = ctx.cfg().num_heads;
   op.causal = ctx.cfg().causal;
   op.rope = ctx.cfg().rope;
+  op.rotary_dim = ctx.cfg().rotary_dim > 0 ? ctx.cfg().rotary_dim : ctx.node().in_width / op.heads;
+  op.rope_interleaved = ctx.cfg().rope_style == RopeStyle::interleaved;
+  op.rope_base = ctx.cfg().rope_base;
   op.wq = ctx.param("q_proj.weight", at);
   op.bq = ctx.param("q_proj.bias", at);
   op.wk = ctx.param("k_proj.weight", at);
@@ -301,7 +340,10 @@ std::string torch(const LayerNode& n, TorchNeeds& needs) {
   const LayerConfig& c = n.cfg;
   return "Attention(" + std::to_string(n.in_width) + ", num_heads=" + std::to_string(c.num_heads) +
          ", q_bias=" + py_bool(c.q_bias) + ", k_bias=" + py_bool(c.k_bias) + ", v_bias=" + py_bool(c.v_bias) +
-         ", o_bias=" + py_bool(c.o_bias) + ", causal=" + py_bool(c.causal) + ", rope=" + py_bool(c.rope) + ")";
+         ", o_bias=" + py_bool(c.o_bias) + ", causal=" + py_bool(c.causal) + ", rope=" + py_bool(c.rope) +
+         (c.rotary_dim ? ", rotary_dim=" + std::to_string(c.rotary_dim) : "") +
+         (c.rope_style == RopeStyle::interleaved ? ", rope_style=\"interleaved\"" : "") +
+         (c.rope_base != 10000.0 ? ", rope_base=" + py_float(c.rope_base) : "") + ")";
 }
 
 }  // namespace

@@ -20,11 +20,16 @@ MatT<S> attention_core(const Model& m, const Op& op, const Weights<S>& w, const 
                        Override<S> ov = {}, const std::vector<MatT<S>>* pre = nullptr,
                        std::vector<MatT<S>>* products = nullptr);
 
-// In-place RoPE on (batch*tokens, F) rows (also used on tangents: the rotation is linear).
+// In-place RoPE of op `op` on (batch*tokens, F) rows (also used on tangents: the rotation is
+// linear): in each head the first op.rotary_dim dimensions rotate, in pairs (i, i + r/2) or, with
+// rope_interleaved, (2i, 2i + 1); the others pass.
+void rope_rotate(Mat& z, int batch, int tokens, const Op& op);
+// The same with every dimension rotating in (i, i + d/2) pairs, base 10000.
 void rope_rotate(Mat& z, int batch, int tokens, int heads);
 
-// RoPE angle tables for T positions and head dimension d: (T, d/2).
-void rope_tables(int tokens, int head_dim, Mat& cos_t, Mat& sin_t);
+// RoPE angle tables for T positions and r rotating dimensions: (T, r/2), pair i at position t
+// turning by t * base^(-2i/r).
+void rope_tables(int tokens, int rotary_dim, Mat& cos_t, Mat& sin_t, double base = 10000.0);
 
 // Tangent of the context (n*N, F) for n directions: dx is the input's tangent (or none), and
 // a seed on q/k/v biases enters after the projections (before RoPE, as the biases do).

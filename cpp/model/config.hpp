@@ -25,6 +25,7 @@ enum class LayerType {
 enum class DType { float32, float64 };
 enum class BatchNormMode { train, eval };
 enum class GeluApprox { none, tanh };
+enum class RopeStyle { half, interleaved };
 
 // Options of all layer types; only those the schema lists for `type` are meaningful. Defaults
 // depend on the type (PyTorch's: InstanceNorm1d has affine=False), so build layers with
@@ -45,6 +46,9 @@ struct LayerConfig {
   int num_heads = 4;
   bool q_bias = true, k_bias = true, v_bias = true, o_bias = true;
   bool causal = false, rope = false;
+  int rotary_dim = 0;                      // 0: the whole head dimension
+  RopeStyle rope_style = RopeStyle::half;
+  double rope_base = 10000.0;
   // gelu
   GeluApprox approximate = GeluApprox::none;
   // residual: computes x + body(x)

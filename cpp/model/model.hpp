@@ -106,6 +106,9 @@ struct Op {
   int wq = -1, bq = -1, wk = -1, bk = -1, wv = -1, bv = -1;  // attention core
   int heads = 1;
   bool causal = false, rope = false;
+  int rotary_dim = 0;             // rope: the leading dimensions of each head that rotate (even)
+  bool rope_interleaved = false;  // rope: pairs (2i, 2i+1) (GPT-J) instead of (i, i + r/2)
+  double rope_base = 10000.0;     // rope: angle of pair i at position t is t * base^(-2i/r)
   const Activation* act = nullptr;                       // activation: its function
   int partner = -1;                                      // residual: index of the matching marker
 };

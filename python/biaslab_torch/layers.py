@@ -7,11 +7,12 @@ from .head import math, nn, torch
 # @export attention
 
 
-def rope_cos_sin(tokens, head_dim, dtype):
-    """RoPE tables (T, d), base 10000, position = token index; feature i and i + d/2 share an angle."""
-    inv_freq = 1.0 / (10000.0 ** (torch.arange(0, head_dim, 2, dtype=torch.float64) / head_dim))
-    freqs = torch.outer(torch.arange(tokens, dtype=torch.float64), inv_freq)  # (T, d/2)
-    emb = torch.cat((freqs, freqs), dim=-1)  # (T, d)
+def rope_cos_sin(tokens, rotary_dim, dtype, base=10000.0, interleaved=False):
+    """RoPE tables (T, r): pair i turns by t * base^(-2i/r) at position t (the token index). The
+    pairs are features (i, i + r/2), or (2i, 2i + 1) when interleaved."""
+    inv_freq = 1.0 / (base ** (torch.arange(0, rotary_dim, 2, dtype=torch.float64) / rotary_dim))
+    freqs = torch.outer(torch.arange(tokens, dtype=torch.float64), inv_freq)  # (T, r/2)
+    emb = freqs.repeat_interleave(2, dim=-1) if interleaved else torch.cat((freqs, freqs), dim=-1)  # (T, r)
     return emb.cos().to(dtype), emb.sin().to(dtype)
 
 
@@ -21,17 +22,26 @@ def rotate_half(x):
     return torch.cat((-x[..., half:], x[..., :half]), dim=-1)
 
 
+def rotate_every_two(x):
+    """(x0, x1, x2, x3, ...) -> (-x1, x0, -x3, x2, ...): interleaved pairs, as GPT-J."""
+    return torch.stack((-x[..., 1::2], x[..., ::2]), dim=-1).flatten(-2)
+
+
 class Attention(nn.Module):
     """Multi-head self-attention as Hugging Face models write it: q/k/v/o_proj Linear modules,
-    RoPE on q and k after their projections, scores / sqrt(head_dim), optional causal mask."""
+    RoPE on q and k after their projections (the first rotary_dim dimensions of each head, in
+    rotate_half or interleaved pairs), scores / sqrt(head_dim), optional causal mask."""
 
     def __init__(self, hidden_size, num_heads, q_bias=True, k_bias=True, v_bias=True, o_bias=True,
-                 causal=False, rope=False):
+                 causal=False, rope=False, rotary_dim=None, rope_style="half", rope_base=10000.0):
         super().__init__()
         self.num_heads = num_heads
         self.head_dim = hidden_size // num_heads
         self.causal = causal
         self.rope = rope
+        self.rotary_dim = rotary_dim or self.head_dim
+        self.rope_interleaved = rope_style == "interleaved"
+        self.rope_base = rope_base
         self.q_proj = nn.Linear(hidden_size, hidden_size, bias=q_bias)
         self.k_proj = nn.Linear(hidden_size, hidden_size, bias=k_bias)
         self.v_proj = nn.Linear(hidden_size, hidden_size, bias=v_bias)
@@ -44,9 +54,11 @@ class Attention(nn.Module):
         k = self.k_proj(x).view(heads).transpose(1, 2)
         v = self.v_proj(x).view(heads).transpose(1, 2)
         if self.rope:
-            cos, sin = rope_cos_sin(T, self.head_dim, x.dtype)
-            q = q * cos + rotate_half(q) * sin
-            k = k * cos + rotate_half(k) * sin
+            r = self.rotary_dim
+            cos, sin = rope_cos_sin(T, r, x.dtype, self.rope_base, self.rope_interleaved)
+            turn = rotate_every_two if self.rope_interleaved else rotate_half
+            q = torch.cat((q[..., :r] * cos + turn(q[..., :r]) * sin, q[..., r:]), dim=-1)
+            k = torch.cat((k[..., :r] * cos + turn(k[..., :r]) * sin, k[..., r:]), dim=-1)
         scores = torch.matmul(q, k.transpose(2, 3)) / math.sqrt(self.head_dim)  # (B, H, T, T)
         if self.causal:
             future = torch.ones(T, T, dtype=torch.bool).triu(1)

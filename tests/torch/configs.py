@@ -13,7 +13,7 @@ SEED = 20240611
 EXTRA_RANDOM = 12  # random stacks beyond coverage, for combinations nobody thought of
 
 # A second value for every numeric option, next to its default.
-NUMBER_VALUES = {"eps": [0.1]}
+NUMBER_VALUES = {"eps": [0.1], "rope_base": [500000.0]}
 
 
 def schema_targets(biaslab):
@@ -35,6 +35,8 @@ def schema_targets(biaslab):
                 values = [1, 2, 4]
             elif o["name"] == "out_features":
                 values = ["narrower", "wider"]
+            elif o["name"] == "rotary_dim":
+                values = ["partial"]
             elif o["type"] == "layers":
                 values = ["nested"]
             else:
@@ -50,7 +52,7 @@ DEFAULTS = {
     "batchnorm": {"mode": "train", "affine": True, "eps": 1e-5},
     "groupnorm": {"num_groups": 4, "affine": True, "eps": 1e-5}, "instancenorm": {"affine": False, "eps": 1e-5},
     "attention": {"num_heads": 4, "q_bias": True, "k_bias": True, "v_bias": True, "o_bias": True,
-                  "causal": False, "rope": False},
+                  "causal": False, "rope": False, "rope_style": "half", "rope_base": 10000.0},
     "gelu": {"approximate": "none"}, "relu": {}, "softmax": {},
 }
 SIMPLE_TYPES = ["linear", "layernorm", "rmsnorm", "batchnorm", "groupnorm", "instancenorm", "attention",
@@ -93,12 +95,24 @@ class Generator:
         elif kind == "instancenorm":
             layer["affine"] = rng.random() < 0.5
         elif kind == "attention":
-            rope = fixed.get("rope", rng.random() < 0.3 and width % 2 == 0)
-            layer["num_heads"] = fixed.get("num_heads") or rng.choice(self.divisors(width, even_quotient=rope))
+            # The RoPE options need rope; partial RoPE turns the first half (rounded to even) of
+            # each head, so it needs a head of at least 4.
+            rope_only = any(k in fixed for k in ("rotary_dim", "rope_style", "rope_base"))
+            rope = True if rope_only else fixed.get("rope", rng.random() < 0.3 and width % 2 == 0)
+            heads = [h for h in self.divisors(width, even_quotient=rope) if not rope_only or width // h >= 4]
+            layer["num_heads"] = fixed.get("num_heads") or rng.choice(heads)
             for b in ("q_bias", "k_bias", "v_bias", "o_bias"):
                 layer[b] = rng.random() < 0.75
             layer["causal"] = rng.random() < 0.4
             layer["rope"] = rope
+            head_dim = width // layer["num_heads"]
+            partial = fixed.pop("rotary_dim", None) == "partial" or (rope and head_dim >= 4 and rng.random() < 0.3)
+            if rope and partial:
+                layer["rotary_dim"] = head_dim // 2 - (head_dim // 2) % 2
+            if rope and rng.random() < 0.3:
+                layer["rope_style"] = "interleaved"
+            if rope and rng.random() < 0.2:
+                layer["rope_base"] = 500000.0
         elif kind == "gelu":
             layer["approximate"] = rng.choice(["none", "tanh"])
         if "eps" in DEFAULTS.get(kind, {}) and rng.random() < 0.2:
@@ -169,7 +183,9 @@ def used_targets(layers, width, found):
             used_targets(layer["body"], width, found)
             continue
         options = dict(DEFAULTS.get(kind, {}))
-        options.update({k: v for k, v in layer.items() if k not in ("type", "out_features")})
+        options.update({k: v for k, v in layer.items() if k not in ("type", "out_features", "rotary_dim")})
+        if "rotary_dim" in layer:
+            found.add((kind, "rotary_dim", "partial"))
         for option, value in options.items():
             found.add((kind, option, value))
         if kind == "linear" and layer.get("out_features", width) != width:

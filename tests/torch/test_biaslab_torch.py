@@ -76,6 +76,40 @@ class Layers(unittest.TestCase):
         d = max_diff(pair_norm(rotated), pair_norm(q))
         self.assertLessEqual(d, EXACT64, f"pair norms changed by {d:.3e}")
 
+    def test_partial_and_interleaved_rope_turn_the_pairs_written_out(self):
+        """Attention: rotary_dim, rope_style and rope_base turn exactly the pairs written out here"""
+        k = torch.arange(1, 9, dtype=torch.float64)  # one 8-wide head at position 1
+        c1, s1, c2, s2 = math.cos(1.0), math.sin(1.0), math.cos(0.1), math.sin(0.1)
+        cases = [  # (rotary_dim, style, base, expected)
+            (4, "half", 100.0, [1 * c1 - 3 * s1, 2 * c2 - 4 * s2, 3 * c1 + 1 * s1, 4 * c2 + 2 * s2, 5, 6, 7, 8]),
+            (4, "interleaved", 100.0, [1 * c1 - 2 * s1, 2 * c1 + 1 * s1, 3 * c2 - 4 * s2, 4 * c2 + 3 * s2, 5, 6, 7, 8]),
+            (2, "half", 10000.0, [1 * c1 - 2 * s1, 2 * c1 + 1 * s1, 3, 4, 5, 6, 7, 8]),
+        ]
+        for r, style, base, expected in cases:
+            att = layers.Attention(8, 1, rope=True, rotary_dim=r, rope_style=style, rope_base=base)
+            cos, sin = layers.rope_cos_sin(2, r, torch.float64, att.rope_base, att.rope_interleaved)
+            turn = layers.rotate_every_two if att.rope_interleaved else layers.rotate_half
+            rotated = torch.cat((k[:r] * cos[1] + turn(k[:r]) * sin[1], k[att.rotary_dim:]))
+            d = max_diff(rotated, torch.tensor(expected, dtype=torch.float64))
+            self.assertLessEqual(d, EXACT64, f"rotary_dim={r} {style} base={base}: max |diff| {d:.3e}")
+
+    def test_groupnorm_of_one_value_per_group_normalises_to_its_shift(self):
+        """GroupNorm (one-value variant): one value per group gives its shift, where torch refuses"""
+        one_value = importlib.import_module("biaslab_torch.layers_one_token")
+        norm = randomise(one_value.GroupNorm(4, 4).double())
+        x = shape(1, 1, 4)
+        with torch.no_grad():
+            d = max_diff(norm(x), norm.bias.view(1, 1, 4))
+        self.assertLessEqual(d, EXACT64, f"max |diff| {d:.3e}")
+        with self.assertRaises(ValueError):
+            nn.GroupNorm(4, 4)(x.transpose(1, 2))
+        plain = layers.GroupNorm(4, 4).double()
+        plain.load_state_dict(norm.state_dict())
+        y = shape(2, 3, 4)  # more than one value per group: the plain GroupNorm's values
+        with torch.no_grad():
+            d = max_diff(norm(y), plain(y))
+        self.assertLessEqual(d, EXACT64, f"max |diff| {d:.3e}")
+
     def test_rmsnorm_is_its_formula(self):
         """RMSNorm: x / sqrt(mean(x^2) + eps) * weight, and no weight without the affine step"""
         x = shape(2, 3, 5)
