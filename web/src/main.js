@@ -24,8 +24,10 @@ const $ = (id) => document.getElementById(id);
 const params = new URLSearchParams(location.search);
 const EMBED = params.get('embed') === '1';
 // An embed's sections (docs/embed.md): any of these, comma-separated; none given: all but card.
-const EMBED_SECTIONS = ['biases', 'folds', 'sweep', 'invariances', 'card'];
-const SHOW = EMBED && params.get('show') ? new Set(params.get('show').split(',').filter((s) => EMBED_SECTIONS.includes(s))) : null;
+const EMBED_SECTIONS = ['biases', 'folds', 'stack', 'sweep', 'invariances', 'card'];
+const DEFAULT_SECTIONS = EMBED_SECTIONS.filter((s) => s !== 'card');
+// Unknown names are ignored; none known left: the default, never an empty page.
+const SHOW = ((asked) => (asked.size ? asked : null))(new Set(EMBED ? (params.get('show') ?? '').split(',').filter((s) => EMBED_SECTIONS.includes(s)) : []));
 const PROGRESS_DELAY_MS = 150; // analyses shorter than this never show a progress bar
 const TYPING_DELAY_MS = 300; // debounce for number boxes and the JSON text
 const STATUS_MS = 4000; // how long a "Link copied." or export notice stays
@@ -315,6 +317,7 @@ function render_report() {
     embed: EMBED,
     show: SHOW,
     param: params.get('param'),
+    schema: state.schema,
     // Named after the experiment the tables answer, which may lag behind the editor.
     file_stem: () => (state.report_text === config_key() ? file_stem() : file_stem(report_config)),
     on_load_minimal: (config) => {
@@ -582,14 +585,14 @@ function full_url() {
 }
 
 /** The snippet builder's choices: sections, the card's parameter, theme. */
-const embed_choice = { show: ['biases', 'folds', 'sweep', 'invariances'], param: '', theme: 'auto' };
+const embed_choice = { show: [...DEFAULT_SECTIONS], param: '', theme: 'auto' };
 
 function embed_url() {
   const url = new URL(location.href);
   url.search = '';
   url.searchParams.set('embed', '1');
   const show = EMBED_SECTIONS.filter((s) => embed_choice.show.includes(s));
-  if (show.join() !== 'biases,folds,sweep,invariances') url.searchParams.set('show', show.join(','));
+  if (show.join() !== DEFAULT_SECTIONS.join()) url.searchParams.set('show', show.join(','));
   if (show.includes('card') && embed_choice.param) url.searchParams.set('param', embed_choice.param);
   if (embed_choice.theme !== 'auto') url.searchParams.set('theme', embed_choice.theme);
   url.hash = share_hash();

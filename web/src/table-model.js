@@ -26,6 +26,10 @@ export function delta_vs_floor(delta, floor) {
   return r <= 1 ? `below floor (${fmt_num(r)}x)` : `${fmt_num(r)}x floor`;
 }
 
+// Symbols keep the verdicts apart without colour: ○ nothing of it matters, ◐ part of it, ● all of
+// it, ? not settled (a limit stopped the structural analysis).
+export const VERDICT_MARK = { redundant: '○', partly_redundant: '◐', effective: '●', undetermined: '?' };
+
 export const VERDICT_TEXT = {
   redundant: 'redundant',
   partly_redundant: 'partly redundant',

@@ -57,7 +57,7 @@ test('embed: the snippet builder picks the sections, the parameter and the theme
   await builder.locator('select[name="param"]').selectOption(K_PROJ);
   await builder.locator('select[name="embed-theme"]').selectOption('dark');
   const snippet = await builder.locator('textarea').inputValue();
-  assert.match(snippet, /^<iframe class="biaslab-embed" src="[^"]*\?embed=1&amp;show=biases%2Csweep%2Ccard&amp;param=layers\.0\.body\.1\.k_proj\.bias&amp;theme=dark#v1\./);
+  assert.match(snippet, /^<iframe class="biaslab-embed" src="[^"]*\?embed=1&amp;show=biases%2Cstack%2Csweep%2Ccard&amp;param=layers\.0\.body\.1\.k_proj\.bias&amp;theme=dark#v1\./);
   assert.deepEqual(problems, []);
   await page.close();
 });
