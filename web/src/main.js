@@ -83,6 +83,8 @@ async function boot() {
   performance.mark('biaslab:boot');
   apply_theme_choice();
   if (EMBED) document.documentElement.classList.add('embed');
+  // show=: the chosen sections only, under one compact title line (style.css, .embed-only).
+  if (SHOW) document.documentElement.classList.add('embed-only');
   render_glossary($('glossary'));
   wire_term_tips();
   engine = new EngineClient({
@@ -334,12 +336,14 @@ function render_embed_experiment() {
   const preset = matching_preset();
   const c = canonical_config(state.schema, state.config);
   const layer_count = (list) => (Array.isArray(list) ? list.reduce((n, l) => n + 1 + (Array.isArray(l?.body) ? layer_count(l.body) : 0), 0) : 0);
+  const title = h('p', { class: 'embed-title' }, SHOW ? 'biaslab: ' : null, h('strong', {}, preset ? preset.title : 'Custom experiment'), ` · ${c.dtype}, batch ${c.shape?.batch}, tokens ${c.shape?.tokens}, features ${c.shape?.features}, seed ${c.seed}, ${layer_count(c.layers)} layers`);
   clear(
     $('embed-experiment'),
-    h('p', { class: 'embed-title' }, h('strong', {}, preset ? preset.title : 'Custom experiment'), ` · ${c.dtype}, batch ${c.shape?.batch}, tokens ${c.shape?.tokens}, features ${c.shape?.features}, seed ${c.seed}, ${layer_count(c.layers)} layers`),
-    preset ? h('p', { class: 'claim' }, preset.claim) : null,
-    h('details', {}, h('summary', {}, 'Config (JSON)'), h('pre', { class: 'config-pre' }, config_text())),
+    title,
+    SHOW ? null : [preset ? h('p', { class: 'claim' }, preset.claim) : null, h('details', {}, h('summary', {}, 'Config (JSON)'), h('pre', { class: 'config-pre' }, config_text()))],
   );
+  // With show=, the link to the full page ends the title line.
+  if (SHOW) title.append(' ', $('open-full'));
   $('open-full').href = full_url();
 }
 

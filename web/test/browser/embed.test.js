@@ -38,6 +38,65 @@ for (const [show, expected] of [['biases', ['biases']], ['folds', ['folds', 'min
   });
 }
 
+/** The embed in an iframe of a host page that records its height messages; resolves once the
+ * iframe has analysed and its last message matches its content. */
+async function host_embed(query, width = 700) {
+  const page = await env.browser.context.newPage();
+  await page.setViewportSize({ width, height: 900 });
+  await page.setContent(`<!doctype html><body style="margin:0"><iframe class="biaslab-embed" src="${env.server.url}?${query.replace(/&/g, '&amp;')}" style="width:100%;border:0" height="900"></iframe><script>window.heights = []; addEventListener('message', (e) => { if (e.data?.type === 'biaslab:height') { heights.push(e.data.height); document.querySelector('iframe').style.height = e.data.height + 'px'; } });</script></body>`);
+  const frame = await (await page.waitForSelector('iframe')).contentFrame();
+  await frame.waitForFunction(() => Number(document.documentElement.dataset.analyses ?? 0) >= 1, null, { timeout: 60000 });
+  await settled(page, frame);
+  return { page, frame };
+}
+
+/** Waits until the last height the embed posted is its content's height (the host page is
+ * cross-origin to the embed, so each side is asked on its own). */
+async function settled(page, frame) {
+  for (let i = 0; i < 200; i++) {
+    const posted = await page.evaluate(() => heights.at(-1));
+    const app = await frame.evaluate(() => document.getElementById('app').getBoundingClientRect().height);
+    if (posted !== undefined && Math.abs(posted - app) <= 1) return posted;
+    await page.waitForTimeout(100);
+  }
+  throw new Error('the embed never posted its content height');
+}
+
+const ONLY = { biases: ['biases'], folds: ['folds', 'minimal'], stack: ['stack'], sweep: ['sweep'], invariances: ['invariances'], card: ['card'] };
+test('embed: each section alone shows just that section under one title line, and posts a height that fits it', async () => {
+  const full = await host_embed('embed=1');
+  const full_height = await full.page.evaluate(() => heights.at(-1));
+  await full.page.close();
+  for (const [show, expected] of Object.entries(ONLY)) {
+    const { page, frame } = await host_embed(`embed=1&show=${show}`);
+    if (show === 'sweep' || show === 'card') await frame.locator('.plot-canvas').first().waitFor();
+    if (show === 'stack') await frame.locator('path.stack-arrow').first().waitFor({ state: 'attached' });
+    await settled(page, frame);
+    const seen = await frame.evaluate(() => {
+      const on = (el) => Boolean(el && el.getClientRects().length && getComputedStyle(el).visibility !== 'hidden');
+      return {
+        sections: [...document.querySelectorAll('.result-section')].filter(on).map((el) => el.id.replace('section-', '')),
+        others: ['.site-header', '#experiment-title', '#summary', '#glossary', '#report-export', '#embed-experiment details', '#embed-experiment .claim', '#editor-grid', '.site-footer'].filter((sel) => on(document.querySelector(sel))),
+        title: document.querySelector('.embed-title')?.innerText ?? '',
+        link: on(document.querySelector('.embed-title #open-full')),
+        app: document.getElementById('app').getBoundingClientRect().height,
+        overflow: document.documentElement.scrollWidth - document.documentElement.clientWidth,
+      };
+    });
+    const height = await page.evaluate(() => heights.at(-1));
+    assert.deepEqual(seen.sections, expected, `show=${show}`);
+    assert.deepEqual(seen.others, [], `show=${show} shows only its section`);
+    assert.match(seen.title, /^biaslab: Pre-norm attention block · float64/, `show=${show}: the title line`);
+    assert.ok(seen.link, `show=${show}: the link to the full page ends the title line`);
+    assert.ok(Math.abs(height - seen.app) <= 1, `show=${show}: posted ${height}, content ${seen.app}`);
+    assert.ok(height > 100 && height < full_height - 200, `show=${show}: height ${height} (all sections: ${full_height})`);
+    assert.equal(seen.overflow, 0, `show=${show}: no sideways scroll`);
+    if (show === 'stack') await page.screenshot({ path: resolve(SHOTS, 'embed-stack-700.png'), fullPage: true });
+    console.log(`show=${show}: height ${height} (all: ${full_height})`);
+    await page.close();
+  }
+});
+
 test('embed: theme=dark and theme=light fix the colours, theme=auto follows the reader', async () => {
   for (const [theme, want] of [['dark', 'dark'], ['light', 'light'], ['auto', null]]) {
     const { page } = await env.open(`?embed=1&theme=${theme}`, { viewport: { width: 700, height: 900 } });
