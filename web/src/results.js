@@ -9,10 +9,11 @@ import { term, column_term } from './glossary.js';
 import { render_stack } from './stack-picture.js';
 
 
-/** A dotted parameter or layer name that may wrap only after its dots. */
+/** A dotted parameter or layer name that may wrap only after its dots: each part ("q_proj.")
+ * is unbreakable, with a break opportunity after it. */
 function name(text) {
-  const parts = String(text).split('.');
-  return h('code', { class: 'name' }, parts.map((p, i) => (i < parts.length - 1 ? [p, '.', h('wbr')] : p)));
+  const parts = String(text).split(/(?<=\.)/);
+  return h('code', { class: 'name' }, parts.map((p, i) => [h('span', { class: 'name-part' }, p), i < parts.length - 1 ? h('wbr') : null]));
 }
 
 function names(list) {
@@ -22,7 +23,7 @@ function names(list) {
 /** A verdict as a badge that links to its glossary entry (tooltip on hover and focus); `detail`
  * adds this row's own reason to the tooltip. */
 function verdict_badge(v, detail = null) {
-  return term(v, h('span', { class: `badge verdict-${v}` }, h('span', { 'aria-hidden': 'true' }, VERDICT_MARK[v] ?? '?'), ' ', VERDICT_TEXT[v] ?? v), detail);
+  return term(v, h('span', { class: `badge verdict-${v}` }, h('span', { 'aria-hidden': 'true' }, VERDICT_MARK[v] ?? '?'), '\u00a0', VERDICT_TEXT[v] ?? v), detail);
 }
 
 // Direction words that are glossary terms.
@@ -45,7 +46,7 @@ function formula(tex) {
 const CELLS = {
   biases: {
     // Opens the row's detail panel (toggle_detail, below).
-    param: (r) => h('button', { type: 'button', class: 'row-toggle', 'aria-expanded': 'false', title: 'Details: the reason, the rank history and this bias\'s curve', dataset: { param: r.param } }, h('code', {}, r.param)),
+    param: (r) => h('button', { type: 'button', class: 'row-toggle', 'aria-expanded': 'false', title: 'Details: the reason, the rank history and this bias\'s curve', dataset: { param: r.param } }, name(r.param)),
     verdict: (r) => (is_undetermined(r) ? verdict_badge('undetermined', undetermined_reason(r)) : verdict_badge(r.verdict)),
     redundant: (r) =>
       is_undetermined(r)

@@ -186,8 +186,9 @@ test('page: an undetermined bias shows its bounds, a verdict style of its own an
     return { bg: cs.backgroundColor, fg: cs.color, border: `${cs.borderTopStyle} ${cs.borderTopColor}` };
   });
   const [undetermined, redundant, effective] = [await look(q), await look(row('layers.0.k_proj.bias')), await look(row('layers.0.o_proj.bias'))];
-  assert.equal((await row('layers.0.k_proj.bias').locator('.col-verdict').innerText()).trim(), '○ redundant');
-  assert.equal((await row('layers.0.o_proj.bias').locator('.col-verdict').innerText()).trim(), '● effective');
+  // The mark and the word are held together by a no-break space.
+  assert.equal((await row('layers.0.k_proj.bias').locator('.col-verdict').innerText()).trim(), '○\u00a0redundant');
+  assert.equal((await row('layers.0.o_proj.bias').locator('.col-verdict').innerText()).trim(), '●\u00a0effective');
   for (const other of [redundant, effective]) {
     assert.notEqual(undetermined.bg, other.bg);
     assert.notEqual(undetermined.fg, other.fg);
