@@ -19,6 +19,7 @@ import { render_results, refresh_plot } from './results.js';
 import { h, clear, copy_text, download } from './dom.js';
 import { start_embed } from './embed.js';
 import { render_glossary, wire_term_tips, prefetch_glossary } from './glossary.js';
+import { render_claims, claim_links } from './claims.js';
 
 const $ = (id) => document.getElementById(id);
 const params = new URLSearchParams(location.search);
@@ -107,6 +108,7 @@ async function boot() {
   state.presets = info.presets;
   state.version = info.version;
   $('version').textContent = info.version;
+  if (!EMBED) render_claims($('claims'), { presets: state.presets, on_load: load_preset });
 
   state.config = config_from_link(location.hash);
   state.history.present = config_key();
@@ -202,7 +204,7 @@ function render_presets() {
     state.presets.map((p) => h('option', { value: p.name, selected: current?.name === p.name }, p.title)),
   );
   select.disabled = false;
-  $('claim').textContent = current ? current.claim : 'Your own layer stack: edit it on the left or in the JSON.';
+  clear($('claim'), current ? [current.claim, claim_links(current.name)] : 'Your own layer stack: edit it on the left or in the JSON.');
 }
 
 function render_history() {

@@ -83,8 +83,8 @@ test('tables: "All columns" shows every column with a visible scroll cue; the de
   await more.click();
   assert.equal(await more.getAttribute('aria-pressed'), 'true');
   const t = (await tables(page)).find((x) => x.table === 'biases');
-  assert.equal(t.headers.length, 9, t.headers.join(' | '));
-  assert.ok(t.scroll > t.client, 'all nine columns scroll sideways in 700 px');
+  assert.equal(t.headers.length, 10, t.headers.join(' | '));
+  assert.ok(t.scroll > t.client, 'all ten columns scroll sideways in 700 px');
   assert.equal(await section.locator('.scroll-hint').isVisible(), true, 'a visible cue says the table scrolls');
   await section.screenshot({ path: resolve(SHOTS, 'tables-700-all-columns.png') });
   await more.click();
@@ -95,7 +95,7 @@ test('tables: "All columns" shows every column with a visible scroll cue; the de
   const panel = section.locator('.bias-detail');
   await panel.locator('.plot-canvas').waitFor();
   const text = await panel.innerText();
-  for (const word of ['Directions', 'Noise floor', 'Δ vs floor', 'Absorbed by']) assert.ok(text.includes(word), `the panel names ${word}`);
+  for (const word of ['Directions', 'mean |Δ out|', 'Noise floor', 'Δ vs floor', 'Absorbed by']) assert.ok(text.includes(word), `the panel names ${word}`);
   await page.locator('#results').screenshot({ path: resolve(SHOTS, 'tables-700-embed.png') });
   assert.deepEqual(problems, []);
   await page.close();
