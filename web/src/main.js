@@ -13,6 +13,7 @@ import export_wasm_url from '@wasm/biaslab-export.wasm?url';
 
 import { EngineClient, EngineError, CancelledError } from './engine-client.js';
 import { canonical_config, format_config, same_json, minimal_config } from './experiment.js';
+import { create_store, dispatch, can_undo, can_redo } from './edits.js';
 import { decode_link, encode_link, LinkError, crc32 } from './share-codec.js';
 import { render_stack_editor, mark_editor_error, error_place, refresh_layer_widths } from './layer-editor.js';
 import { render_results, refresh_plot } from './results.js';
@@ -32,14 +33,14 @@ const SHOW = ((asked) => (asked.size ? asked : null))(new Set(EMBED ? (params.ge
 const PROGRESS_DELAY_MS = 150; // analyses shorter than this never show a progress bar
 const TYPING_DELAY_MS = 300; // debounce for number boxes and the JSON text
 const STATUS_MS = 4000; // how long a "Link copied." or export notice stays
-const HISTORY_STEPS = 200; // undo steps kept
 const CACHED_REPORTS = 16; // recent reports kept for undo/redo
 
 const state = {
   schema: null,
   presets: [],
   version: '',
-  /** The experiment being edited (may be invalid for the engine). */
+  /** The experiment being edited (may be invalid for the engine). Changed only through
+   * apply(): an edit (edits.js) handed to the reducer, which also keeps `history`. */
   config: null,
   /** @type {{source: 'json'|'engine'|'link'|'fatal', path?: string, message: string} | null} */
   error: null,
@@ -61,9 +62,9 @@ const state = {
   /** Recent good reports by config text (JSON.stringify(config)), oldest first: undo and redo
    * show the numbers of an experiment seen before without running it again. */
   reports: new Map(),
-  /** Experiment-level undo, as config texts. `present` is the last recorded step; typing in a
-   * box is recorded when the box is left (its `change` event), every other edit at once. */
-  history: { past: [], present: '', future: [] },
+  /** Experiment-level undo, as config texts (edits.js). `present` is the last recorded step;
+   * typing in a box is recorded when the box is left (its `change` event), every other edit at once. */
+  history: null,
   /** The preset "Reset to preset" goes back to: the last one loaded or matched. */
   base_preset: 'default',
   /** Short notices beside the control that caused them (cleared after STATUS_MS). */
@@ -110,8 +111,7 @@ async function boot() {
   $('version').textContent = info.version;
   if (!EMBED) render_claims($('claims'), { presets: state.presets, on_load: load_preset });
 
-  state.config = config_from_link(location.hash);
-  state.history.present = config_key();
+  Object.assign(state, create_store(config_from_link(location.hash)));
   state.intro = !EMBED && !stored('biaslab-intro-seen');
   note_preset();
   wire_controls();
@@ -208,10 +208,9 @@ function render_presets() {
 }
 
 function render_history() {
-  const { past, future, present } = state.history;
   // Typing not yet recorded counts: leaving the box for the button records it first.
-  $('undo').disabled = past.length === 0 && config_key() === present;
-  $('redo').disabled = future.length === 0;
+  $('undo').disabled = !can_undo(state);
+  $('redo').disabled = !can_redo(state);
   const base = state.presets.find((p) => p.name === state.base_preset);
   const reset = $('reset');
   reset.disabled = !base || matching_preset() === base;
@@ -325,7 +324,7 @@ function render_report() {
     // Named after the experiment the tables answer, which may lag behind the editor.
     file_stem: () => (state.report_text === config_key() ? file_stem() : file_stem(report_config)),
     on_load_minimal: (config) => {
-      state.config = canonical_config(state.schema, config);
+      apply({ op: 'load', config: canonical_config(state.schema, config) });
       after_edit();
       $('stack-editor').scrollIntoView({ behavior: 'smooth', block: 'start' });
     },
@@ -352,49 +351,48 @@ function render_embed_experiment() {
 // ---------------------------------------------------------------------------------------------
 // Edits and history
 
-/** An edit made in the form. Typing in a number box (immediate: false) is neither rebuilt nor
- * recorded here: the box already shows it, and its change event records it. */
-function on_form_edit({ structural, immediate }) {
+/** The one way the page changes the experiment: an edit (edits.js: add_layer, remove_layer,
+ * move_layer, set_type, set_option, set_field, load; or record, undo, redo) through the reducer,
+ * which also records undo steps. `record: false` leaves typing to be recorded when its box is
+ * left. @returns {boolean} whether the experiment changed */
+function apply(action, { record = true } = {}) {
+  const next = dispatch(state.schema, state, action, { record });
+  const changed = next.config !== state.config;
+  state.config = next.config;
+  state.history = next.history;
+  return changed;
+}
+
+/** An edit dispatched by the form. Typing in a number box (immediate: false) is neither rebuilt
+ * nor recorded here: the box already shows it, and its change event records it. */
+function on_form_edit({ action, structural, immediate }) {
+  if (!apply(action, { record: immediate })) return;
   if (!structural) shown.form = config_key();
-  after_edit({ immediate, record: immediate });
+  after_edit({ immediate });
 }
 
 /** After any change of state.config made by the page (form, preset, minimal model, link). */
-function after_edit({ immediate = true, record: rec = true } = {}) {
+function after_edit({ immediate = true } = {}) {
   if (state.error?.source === 'json') state.error = null;
   note_preset();
-  if (rec) record();
   render();
   analyze_soon(immediate);
 }
 
 /** One undo step: the experiment as it is now, if it changed since the last step. */
-function record() {
-  const h = state.history;
-  const key = config_key();
-  if (key === h.present) return;
-  h.past.push(h.present);
-  if (h.past.length > HISTORY_STEPS) h.past.shift();
-  h.present = key;
-  h.future = [];
-}
+const record = () => apply({ op: 'record' });
 
-/** Undo (from past to future) or redo (from future to past). */
-function step_history(from, to) {
+/** Undo or redo; typing not recorded yet is the step to undo. */
+function step_history(op) {
   flush_json();
-  record(); // typing not recorded yet is the step to undo
-  if (!from.length) return;
-  const h = state.history;
-  to.push(h.present);
-  h.present = from.pop();
-  state.config = JSON.parse(h.present);
+  if (!apply({ op })) return;
   if (state.error?.source === 'json') state.error = null;
   note_preset();
   render();
   analyze_soon(true);
 }
-const undo = () => step_history(state.history.past, state.history.future);
-const redo = () => step_history(state.history.future, state.history.past);
+const undo = () => step_history('undo');
+const redo = () => step_history('redo');
 
 /** Ctrl+Z / Ctrl+Shift+Z / Ctrl+Y outside text boxes; inside one the browser undoes typing. */
 function on_history_key(event) {
@@ -427,7 +425,7 @@ function on_json_input() {
     return;
   }
   if (state.error?.source === 'json') state.error = null;
-  state.config = parsed;
+  apply({ op: 'load', config: parsed }, { record: false }); // recorded when the box is left
   shown.json = config_key(); // the text stays as typed
   note_preset();
   render();
@@ -454,7 +452,7 @@ function load_preset(name) {
   const preset = state.presets.find((p) => p.name === name);
   if (!preset) return;
   state.error = null;
-  state.config = canonical_config(state.schema, JSON.parse(preset.config));
+  apply({ op: 'load', config: canonical_config(state.schema, JSON.parse(preset.config)) });
   after_edit();
 }
 
@@ -784,7 +782,7 @@ function wire_controls() {
   });
   // A pasted link in the same tab: load it (replaceState never fires this, so no loop).
   window.addEventListener('hashchange', () => {
-    state.config = config_from_link(location.hash);
+    apply({ op: 'load', config: config_from_link(location.hash) });
     state.error = null;
     after_edit();
   });

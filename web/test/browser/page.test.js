@@ -172,7 +172,7 @@ test('page: an undetermined bias shows its bounds, a verdict style of its own an
   const bounds = (await q.locator('.col-redundant').innerText()).trim();
   assert.match(bounds, /^\d+-\d+ of 1024$/, 'bounds, not one number');
   const badge = q.locator('.col-verdict .badge');
-  assert.equal((await badge.innerText()).trim(), '? undetermined');
+  assert.equal((await badge.innerText()).trim(), '?\u00a0undetermined');
   const reason = await q.locator('.col-verdict .term').getAttribute('data-detail');
   assert.match(reason, /budget/, 'the reason in the verdict\'s tooltip');
   assert.match(await q.locator('.col-why').innerText(), /Undetermined: .*budget/, 'the reason in the row');
