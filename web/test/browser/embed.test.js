@@ -135,7 +135,7 @@ test('embed: in a Hugo post at 700 px the iframe sizes itself, shows the chosen 
     await writeFile(join(site, 'layouts/_default/single.html'), '<!doctype html><html><head><meta charset="utf-8"><meta name="viewport" content="width=device-width"><title>{{ .Title }}</title><style>body{margin:0;font-family:serif}article{max-width:700px;margin:0 auto}</style></head><body><article><h1>{{ .Title }}</h1>{{ .Content }}</article></body></html>');
     await writeFile(join(site, 'layouts/_default/list.html'), '<!doctype html><html><body>{{ range .Pages }}<a href="{{ .RelPermalink }}">{{ .Title }}</a>{{ end }}</body></html>');
     // The link the snippet builder would give (the default experiment: its fragment is optional).
-    await writeFile(join(site, 'content/posts/keys.md'), `---\ntitle: "The key bias does nothing"\n---\n\nSoftmax ignores a shift shared by all keys.\n\n{{< biaslab src="/biaslab/?embed=1&show=biases,card&param=${K_PROJ}&theme=light" title="Key bias" >}}\n\nAnd the folds:\n\n{{< biaslab src="/biaslab/?embed=1&show=folds" title="Folds" >}}\n\nThe end.\n`);
+    await writeFile(join(site, 'content/posts/keys.md'), `---\ntitle: "The key bias does nothing"\n---\n\nSoftmax ignores a shift shared by all keys.\n\n{{< biaslab src="/biaslab/?embed=1&show=biases,card&param=${K_PROJ}&theme=light" title="Key bias" >}}\n\nAnd the folds:\n\n{{< biaslab src="/biaslab/?embed=1&show=folds" title="Folds" >}}\n\nThe whole stack:\n\n{{< biaslab src="/biaslab/?embed=1&show=stack&theme=dark" title="Stack" >}}\n\nThe end.\n`);
     execFileSync('hugo', ['--quiet', '-s', site, '-d', join(site, 'public')], { stdio: 'pipe' });
     await symlink(DIST, join(site, 'public/biaslab'));
     const server = await serve(join(site, 'public'));
@@ -144,9 +144,9 @@ test('embed: in a Hugo post at 700 px the iframe sizes itself, shows the chosen 
       await page.setViewportSize({ width: 700, height: 900 });
       await page.goto(`${server.url}posts/keys/`);
       const frames = page.locator('iframe.biaslab-embed');
-      assert.equal(await frames.count(), 2);
+      assert.equal(await frames.count(), 3);
       // Each iframe grows to its content (the height message), from the 900 px it starts with.
-      for (let i = 0; i < 2; i++) {
+      for (let i = 0; i < 3; i++) {
         await frames.nth(i).scrollIntoViewIfNeeded();
         await page.waitForFunction((i) => {
           const f = document.querySelectorAll('iframe.biaslab-embed')[i];
@@ -155,11 +155,11 @@ test('embed: in a Hugo post at 700 px the iframe sizes itself, shows the chosen 
           return Math.abs(f.getBoundingClientRect().height - d.getElementById('app').getBoundingClientRect().height) <= 2;
         }, i, { timeout: 60000 });
       }
-      const inner = await Promise.all([0, 1].map((i) => frames.nth(i).evaluate((f) => {
+      const inner = await Promise.all([0, 1, 2].map((i) => frames.nth(i).evaluate((f) => {
         const d = f.contentDocument;
         return {
           height: f.getBoundingClientRect().height,
-          sections: ['biases', 'folds', 'minimal', 'sweep', 'invariances', 'card'].filter((id) => d.getElementById(`section-${id}`)?.offsetParent),
+          sections: ['biases', 'folds', 'minimal', 'stack', 'sweep', 'invariances', 'card'].filter((id) => d.getElementById(`section-${id}`)?.offsetParent),
           overflow: d.documentElement.scrollWidth - d.documentElement.clientWidth,
           tables: [...d.querySelectorAll('.table-wrap')].filter((w) => w.offsetParent).map((w) => w.scrollWidth - w.clientWidth),
           theme: d.documentElement.dataset.theme ?? null,
@@ -167,6 +167,8 @@ test('embed: in a Hugo post at 700 px the iframe sizes itself, shows the chosen 
       })));
       assert.deepEqual(inner[0].sections, ['biases', 'card']);
       assert.deepEqual(inner[1].sections, ['folds', 'minimal']);
+      assert.deepEqual(inner[2].sections, ['stack']);
+      assert.equal(inner[2].theme, 'dark');
       assert.equal(inner[0].theme, 'light');
       for (const x of inner) {
         assert.ok(x.height !== 900 && x.height > 200, `iframe height ${x.height}`);
