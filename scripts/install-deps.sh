@@ -16,7 +16,8 @@ for g in "${groups[@]}"; do
   case "$g" in
     native) want+=(cmake g++ make libeigen3-dev doctest-dev nlohmann-json3-dev) ;;
     web)
-      want+=(emscripten chromium hugo) # hugo: the embed test builds a small site
+      # hugo: the embed test builds a small site; a CJK font: the articles' titles in screenshots
+      want+=(emscripten chromium hugo fonts-wqy-microhei)
       # Node 20 may come from the machine image; only fall back to Debian's when it is absent.
       command -v node >/dev/null || want+=(nodejs)
       command -v npm >/dev/null || want+=(npm)

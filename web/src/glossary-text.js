@@ -37,6 +37,7 @@ export const GLOSSARY = [
       { id: 'redundant_dim', term: 'Redundant (k of n)', text: 'How many of the bias\'s n directions change nothing (see k of n). Hover a value for the stop rule that settled it; an undetermined row shows bounds, min-max of n.' },
       { id: 'directions', term: 'Directions', text: 'Which directions are redundant, in words: all, none, all-ones, constant within each group, W_O b_V along all-ones, or a count found numerically.' },
       { id: 'bias_delta', term: 'max |Δ out| (Biases)', text: 'The largest change of any output entry when the bias moves by a random vector with RMS 1 per entry.' },
+      { id: 'bias_mean_delta', term: 'mean |Δ out| (Biases)', text: 'The average change over all output entries for the same move: the figure a check that prints the mean absolute difference of two outputs (as the second article\'s does) compares with. Rounding sets both it and the maximum for a redundant bias.' },
       { id: 'why', term: 'Why', text: 'The reason from the layer rules: which operation after the bias cancels it, or why nothing does; and notes when the measurement and the structure disagree.' },
       { id: 'absorbed_by', term: 'Absorbed by', text: 'The parameter a fold moves this bias into, or the folds that drop it; — when none applies.' },
       { id: 'rule', term: 'Rule', text: 'The fold rule\'s name and its identifier in the engine (cpp/core/folds.cpp).' },

@@ -32,7 +32,7 @@ export function prefetch_glossary() {
 
 // The term each table column explains (shared where the meaning is the same).
 const COLUMN_TERMS = {
-  biases: { param: 'bias', verdict: 'verdict', redundant: 'redundant_dim', directions: 'directions', max_abs_delta: 'bias_delta', noise_floor: 'noise_floor', vs_floor: 'vs_floor', why: 'why', absorbed_by: 'absorbed_by' },
+  biases: { param: 'bias', verdict: 'verdict', redundant: 'redundant_dim', directions: 'directions', max_abs_delta: 'bias_delta', mean_abs_delta: 'bias_mean_delta', noise_floor: 'noise_floor', vs_floor: 'vs_floor', why: 'why', absorbed_by: 'absorbed_by' },
   folds: { rule: 'rule', formula: 'formula', where: 'where', params_removed: 'params_removed', max_abs_delta: 'fold_delta', noise_floor: 'noise_floor', exact: 'exact' },
   minimal: { step: 'step', rule: 'fold_applied', where: 'where', params_removed: 'params_removed' },
   invariances: { probe: 'probe', layer: 'layer', transform: 'transform', expected: 'expected', holds: 'holds', agrees: 'agrees', max_abs_delta: 'invariance_delta', noise_floor: 'noise_floor', note: 'note' },

@@ -4,14 +4,17 @@
 // an engine error lands on the control it names; what the reader sees is the dotted
 // state-dict name ("layers.0.body.1"), as in the tables.
 //
-// The page rebuilds the form only for structural changes (a layer added, removed, moved,
-// retyped; undo; a preset; JSON typed on the other side). Errors are marked on the existing
-// controls (mark_editor_error), so a box being typed in keeps its text, caret and undo.
+// The form never changes the config itself: every control dispatches an edit (edits.js), such
+// as {op: 'set_option', path: 'layers[0].body[1]', name: 'eps', value: 1e-6}, with how the page
+// should take it (structural: rebuild the form; immediate: analyse and record now, not after a
+// typing pause). The page rebuilds the form only for structural changes (a layer added, removed,
+// moved, retyped; undo; a preset; JSON typed on the other side). Errors are marked on the
+// existing controls (mark_editor_error), so a box being typed in keeps its text, caret and undo.
 import { h, clear, next_id } from './dom.js';
-import { scalar_fields, get_field, layer_type, new_layer, option_value, layer_widths, format_path, dotted_path } from './experiment.js';
+import { scalar_fields, get_field, layer_type, option_value, layer_widths, format_path, dotted_path } from './experiment.js';
 
 /**
- * @typedef {{structural: boolean, immediate: boolean, focus?: string}} Edit
+ * @typedef {{action: {op: string, [k: string]: any}, structural: boolean, immediate: boolean, focus?: string}} Edit
  * @param {HTMLElement} root
  * @param {{schema: import('./experiment.js').Schema, config: any, on_edit: (e: Edit) => void}} props
  */
@@ -48,25 +51,14 @@ function top_fields(schema, config, edit) {
     { class: 'top-fields' },
     h('legend', {}, 'Input and precision'),
     fields.map((spec) =>
-      control(spec, get_field(config, spec.name), spec.name, spec.name.replace(/^shape\./, ''), (v) => {
-        set_top(config, spec.name, v);
-        return false;
-      }, edit),
+      control(spec, get_field(config, spec.name), spec.name, spec.name.replace(/^shape\./, ''), (value) => ({ op: 'set_field', name: spec.name, value }), edit),
     ),
   );
 }
 
-function set_top(config, dotted, value) {
-  const parts = dotted.split('.');
-  let o = config;
-  for (const p of parts.slice(0, -1)) o = o[p] && typeof o[p] === 'object' ? o[p] : (o[p] = {});
-  const last = parts[parts.length - 1];
-  if (value === undefined) delete o[last];
-  else o[last] = value;
-}
-
-/** One input for one option or field. set(value) stores it (undefined = back to the default). */
-function control(spec, value, path, label_text, set, edit) {
+/** One input for one option or field. action(value) is the edit that stores a value
+ * (undefined: back to the default). */
+function control(spec, value, path, label_text, action, edit) {
   const id = next_id('opt');
   const help = spec.help + (spec.default_note ? ` Default: ${spec.default_note}.` : spec.default !== undefined && spec.default !== null ? ` Default: ${spec.default}.` : '');
   const common = { id, dataset: { path, focus: `${path}:value` }, title: help, 'aria-describedby': `${id}-help` };
@@ -74,16 +66,14 @@ function control(spec, value, path, label_text, set, edit) {
   if (spec.type === 'bool') {
     const input = h('input', { ...common, type: 'checkbox', checked: value === true });
     input.addEventListener('change', () => {
-      set(input.checked === spec.default ? undefined : input.checked);
-      edit({ structural: false, immediate: true });
+      edit({ action: action(input.checked === spec.default ? undefined : input.checked), structural: false, immediate: true });
     });
     return h('label', { class: 'opt opt-bool', for: id, title: help }, input, h('span', {}, label_text), help_el);
   }
   if (spec.type === 'enum') {
     const select = h('select', common, (spec.values ?? []).map((v) => h('option', { value: v, selected: v === value }, v)));
     select.addEventListener('change', () => {
-      set(select.value === spec.default ? undefined : select.value);
-      edit({ structural: false, immediate: true });
+      edit({ action: action(select.value === spec.default ? undefined : select.value), structural: false, immediate: true });
     });
     return h('label', { class: 'opt', for: id, title: help }, h('span', {}, label_text), select, help_el);
   }
@@ -102,8 +92,7 @@ function control(spec, value, path, label_text, set, edit) {
     if (input.validity.badInput) return; // half-typed ("1e"): wait for the rest
     const text = input.value.trim();
     const v = text === '' ? undefined : Number(text);
-    set(v === spec.default ? undefined : v);
-    edit({ structural: false, immediate: false });
+    edit({ action: action(v === spec.default ? undefined : v), structural: false, immediate: false });
   });
   return h('label', { class: 'opt', for: id, title: help }, h('span', {}, label_text), input, help_el);
 }
@@ -120,11 +109,11 @@ function layer_list(schema, layers, path, width, edit) {
       { class: 'layer-list', dataset: { path: list_path } },
       layers.map((layer, i) => layer_item(schema, layers, i, [...path, i], widths[i], edit)),
     ),
-    add_control(schema, layers, path, edit),
+    add_control(schema, path, edit),
   );
 }
 
-function add_control(schema, layers, path, edit) {
+function add_control(schema, path, edit) {
   const list_path = format_path(path);
   const id = next_id('add');
   const select = h(
@@ -138,10 +127,7 @@ function add_control(schema, layers, path, edit) {
       type: 'button',
       class: 'add-layer',
       dataset: { focus: `${list_path}:add` },
-      onclick: () => {
-        layers.push(new_layer(schema, select.value));
-        edit({ structural: true, immediate: true, focus: `${list_path}:add` });
-      },
+      onclick: () => edit({ action: { op: 'add_layer', path: list_path, type: select.value }, structural: true, immediate: true, focus: `${list_path}:add` }),
     },
     '+ Add layer',
   );
@@ -159,15 +145,10 @@ function layer_item(schema, layers, i, path, width, edit) {
     info ? null : h('option', { value: '', selected: true }, String(layer?.type ?? '(none)')),
     schema.layer_types.map((t) => h('option', { value: t.name, selected: t.name === layer?.type, title: t.help }, t.name)),
   );
-  type_select.addEventListener('change', () => {
-    layers[i] = new_layer(schema, type_select.value);
-    edit({ structural: true, immediate: true, focus: `${p}:type` });
-  });
-  const move = (delta, key) => {
-    const j = i + delta;
-    [layers[i], layers[j]] = [layers[j], layers[i]];
-    const np = format_path([...path.slice(0, -1), j]);
-    edit({ structural: true, immediate: true, focus: `${np}:${key}` });
+  type_select.addEventListener('change', () => edit({ action: { op: 'set_type', path: p, type: type_select.value }, structural: true, immediate: true, focus: `${p}:type` }));
+  const move = (by, key) => {
+    const np = format_path([...path.slice(0, -1), i + by]);
+    edit({ action: { op: 'move_layer', path: p, by }, structural: true, immediate: true, focus: `${np}:${key}` });
   };
   const buttons = h(
     'span',
@@ -183,10 +164,10 @@ function layer_item(schema, layers, i, path, width, edit) {
         'aria-label': `Remove ${name}`,
         dataset: { focus: `${p}:remove` },
         onclick: () => {
-          layers.splice(i, 1);
-          const list = format_path(path.slice(0, -1));
-          const next = layers.length ? format_path([...path.slice(0, -1), Math.min(i, layers.length - 1)]) + ':remove' : `${list}:add`;
-          edit({ structural: true, immediate: true, focus: next });
+          // Focus moves to the layer that takes this one's place, else the list's add button.
+          const left = layers.length - 1;
+          const next = left ? format_path([...path.slice(0, -1), Math.min(i, left - 1)]) + ':remove' : `${format_path(path.slice(0, -1))}:add`;
+          edit({ action: { op: 'remove_layer', path: p }, structural: true, immediate: true, focus: next });
         },
       },
       '✕',
@@ -217,12 +198,7 @@ function layer_item(schema, layers, i, path, width, edit) {
       );
       continue;
     }
-    options.push(
-      control(spec, option_value(layer, spec), `${p}.${spec.name}`, spec.name, (v) => {
-        if (v === undefined) delete layer[spec.name];
-        else layer[spec.name] = v;
-      }, edit),
-    );
+    options.push(control(spec, option_value(layer, spec), `${p}.${spec.name}`, spec.name, (value) => ({ op: 'set_option', path: p, name: spec.name, value }), edit));
   }
   return h(
     'li',

@@ -13,30 +13,34 @@ import export_wasm_url from '@wasm/biaslab-export.wasm?url';
 
 import { EngineClient, EngineError, CancelledError } from './engine-client.js';
 import { canonical_config, format_config, same_json, minimal_config } from './experiment.js';
+import { create_store, dispatch, can_undo, can_redo } from './edits.js';
 import { decode_link, encode_link, LinkError, crc32 } from './share-codec.js';
 import { render_stack_editor, mark_editor_error, error_place, refresh_layer_widths } from './layer-editor.js';
 import { render_results, refresh_plot } from './results.js';
 import { h, clear, copy_text, download } from './dom.js';
 import { start_embed } from './embed.js';
 import { render_glossary, wire_term_tips, prefetch_glossary } from './glossary.js';
+import { render_claims, claim_links } from './claims.js';
 
 const $ = (id) => document.getElementById(id);
 const params = new URLSearchParams(location.search);
 const EMBED = params.get('embed') === '1';
 // An embed's sections (docs/embed.md): any of these, comma-separated; none given: all but card.
-const EMBED_SECTIONS = ['biases', 'folds', 'sweep', 'invariances', 'card'];
-const SHOW = EMBED && params.get('show') ? new Set(params.get('show').split(',').filter((s) => EMBED_SECTIONS.includes(s))) : null;
+const EMBED_SECTIONS = ['biases', 'folds', 'stack', 'sweep', 'invariances', 'card'];
+const DEFAULT_SECTIONS = EMBED_SECTIONS.filter((s) => s !== 'card');
+// Unknown names are ignored; none known left: the default, never an empty page.
+const SHOW = ((asked) => (asked.size ? asked : null))(new Set(EMBED ? (params.get('show') ?? '').split(',').filter((s) => EMBED_SECTIONS.includes(s)) : []));
 const PROGRESS_DELAY_MS = 150; // analyses shorter than this never show a progress bar
 const TYPING_DELAY_MS = 300; // debounce for number boxes and the JSON text
 const STATUS_MS = 4000; // how long a "Link copied." or export notice stays
-const HISTORY_STEPS = 200; // undo steps kept
 const CACHED_REPORTS = 16; // recent reports kept for undo/redo
 
 const state = {
   schema: null,
   presets: [],
   version: '',
-  /** The experiment being edited (may be invalid for the engine). */
+  /** The experiment being edited (may be invalid for the engine). Changed only through
+   * apply(): an edit (edits.js) handed to the reducer, which also keeps `history`. */
   config: null,
   /** @type {{source: 'json'|'engine'|'link'|'fatal', path?: string, message: string} | null} */
   error: null,
@@ -58,9 +62,9 @@ const state = {
   /** Recent good reports by config text (JSON.stringify(config)), oldest first: undo and redo
    * show the numbers of an experiment seen before without running it again. */
   reports: new Map(),
-  /** Experiment-level undo, as config texts. `present` is the last recorded step; typing in a
-   * box is recorded when the box is left (its `change` event), every other edit at once. */
-  history: { past: [], present: '', future: [] },
+  /** Experiment-level undo, as config texts (edits.js). `present` is the last recorded step;
+   * typing in a box is recorded when the box is left (its `change` event), every other edit at once. */
+  history: null,
   /** The preset "Reset to preset" goes back to: the last one loaded or matched. */
   base_preset: 'default',
   /** Short notices beside the control that caused them (cleared after STATUS_MS). */
@@ -81,6 +85,8 @@ async function boot() {
   performance.mark('biaslab:boot');
   apply_theme_choice();
   if (EMBED) document.documentElement.classList.add('embed');
+  // show=: the chosen sections only, under one compact title line (style.css, .embed-only).
+  if (SHOW) document.documentElement.classList.add('embed-only');
   render_glossary($('glossary'));
   wire_term_tips();
   engine = new EngineClient({
@@ -103,9 +109,9 @@ async function boot() {
   state.presets = info.presets;
   state.version = info.version;
   $('version').textContent = info.version;
+  if (!EMBED) render_claims($('claims'), { presets: state.presets, on_load: load_preset });
 
-  state.config = config_from_link(location.hash);
-  state.history.present = config_key();
+  Object.assign(state, create_store(config_from_link(location.hash)));
   state.intro = !EMBED && !stored('biaslab-intro-seen');
   note_preset();
   wire_controls();
@@ -198,14 +204,13 @@ function render_presets() {
     state.presets.map((p) => h('option', { value: p.name, selected: current?.name === p.name }, p.title)),
   );
   select.disabled = false;
-  $('claim').textContent = current ? current.claim : 'Your own layer stack: edit it on the left or in the JSON.';
+  clear($('claim'), current ? [current.claim, claim_links(current.name)] : 'Your own layer stack: edit it on the left or in the JSON.');
 }
 
 function render_history() {
-  const { past, future, present } = state.history;
   // Typing not yet recorded counts: leaving the box for the button records it first.
-  $('undo').disabled = past.length === 0 && config_key() === present;
-  $('redo').disabled = future.length === 0;
+  $('undo').disabled = !can_undo(state);
+  $('redo').disabled = !can_redo(state);
   const base = state.presets.find((p) => p.name === state.base_preset);
   const reset = $('reset');
   reset.disabled = !base || matching_preset() === base;
@@ -315,10 +320,11 @@ function render_report() {
     embed: EMBED,
     show: SHOW,
     param: params.get('param'),
+    schema: state.schema,
     // Named after the experiment the tables answer, which may lag behind the editor.
     file_stem: () => (state.report_text === config_key() ? file_stem() : file_stem(report_config)),
     on_load_minimal: (config) => {
-      state.config = canonical_config(state.schema, config);
+      apply({ op: 'load', config: canonical_config(state.schema, config) });
       after_edit();
       $('stack-editor').scrollIntoView({ behavior: 'smooth', block: 'start' });
     },
@@ -331,61 +337,62 @@ function render_embed_experiment() {
   const preset = matching_preset();
   const c = canonical_config(state.schema, state.config);
   const layer_count = (list) => (Array.isArray(list) ? list.reduce((n, l) => n + 1 + (Array.isArray(l?.body) ? layer_count(l.body) : 0), 0) : 0);
+  const title = h('p', { class: 'embed-title' }, SHOW ? 'biaslab: ' : null, h('strong', {}, preset ? preset.title : 'Custom experiment'), ` · ${c.dtype}, batch ${c.shape?.batch}, tokens ${c.shape?.tokens}, features ${c.shape?.features}, seed ${c.seed}, ${layer_count(c.layers)} layers`);
   clear(
     $('embed-experiment'),
-    h('p', { class: 'embed-title' }, h('strong', {}, preset ? preset.title : 'Custom experiment'), ` · ${c.dtype}, batch ${c.shape?.batch}, tokens ${c.shape?.tokens}, features ${c.shape?.features}, seed ${c.seed}, ${layer_count(c.layers)} layers`),
-    preset ? h('p', { class: 'claim' }, preset.claim) : null,
-    h('details', {}, h('summary', {}, 'Config (JSON)'), h('pre', { class: 'config-pre' }, config_text())),
+    title,
+    SHOW ? null : [preset ? h('p', { class: 'claim' }, preset.claim) : null, h('details', {}, h('summary', {}, 'Config (JSON)'), h('pre', { class: 'config-pre' }, config_text()))],
   );
+  // With show=, the link to the full page ends the title line.
+  if (SHOW) title.append(' ', $('open-full'));
   $('open-full').href = full_url();
 }
 
 // ---------------------------------------------------------------------------------------------
 // Edits and history
 
-/** An edit made in the form. Typing in a number box (immediate: false) is neither rebuilt nor
- * recorded here: the box already shows it, and its change event records it. */
-function on_form_edit({ structural, immediate }) {
+/** The one way the page changes the experiment: an edit (edits.js: add_layer, remove_layer,
+ * move_layer, set_type, set_option, set_field, load; or record, undo, redo) through the reducer,
+ * which also records undo steps. `record: false` leaves typing to be recorded when its box is
+ * left. @returns {boolean} whether the experiment changed */
+function apply(action, { record = true } = {}) {
+  const next = dispatch(state.schema, state, action, { record });
+  const changed = next.config !== state.config;
+  state.config = next.config;
+  state.history = next.history;
+  return changed;
+}
+
+/** An edit dispatched by the form. Typing in a number box (immediate: false) is neither rebuilt
+ * nor recorded here: the box already shows it, and its change event records it. */
+function on_form_edit({ action, structural, immediate }) {
+  if (!apply(action, { record: immediate })) return;
   if (!structural) shown.form = config_key();
-  after_edit({ immediate, record: immediate });
+  after_edit({ immediate });
 }
 
 /** After any change of state.config made by the page (form, preset, minimal model, link). */
-function after_edit({ immediate = true, record: rec = true } = {}) {
+function after_edit({ immediate = true } = {}) {
   if (state.error?.source === 'json') state.error = null;
   note_preset();
-  if (rec) record();
   render();
   analyze_soon(immediate);
 }
 
 /** One undo step: the experiment as it is now, if it changed since the last step. */
-function record() {
-  const h = state.history;
-  const key = config_key();
-  if (key === h.present) return;
-  h.past.push(h.present);
-  if (h.past.length > HISTORY_STEPS) h.past.shift();
-  h.present = key;
-  h.future = [];
-}
+const record = () => apply({ op: 'record' });
 
-/** Undo (from past to future) or redo (from future to past). */
-function step_history(from, to) {
+/** Undo or redo; typing not recorded yet is the step to undo. */
+function step_history(op) {
   flush_json();
-  record(); // typing not recorded yet is the step to undo
-  if (!from.length) return;
-  const h = state.history;
-  to.push(h.present);
-  h.present = from.pop();
-  state.config = JSON.parse(h.present);
+  if (!apply({ op })) return;
   if (state.error?.source === 'json') state.error = null;
   note_preset();
   render();
   analyze_soon(true);
 }
-const undo = () => step_history(state.history.past, state.history.future);
-const redo = () => step_history(state.history.future, state.history.past);
+const undo = () => step_history('undo');
+const redo = () => step_history('redo');
 
 /** Ctrl+Z / Ctrl+Shift+Z / Ctrl+Y outside text boxes; inside one the browser undoes typing. */
 function on_history_key(event) {
@@ -418,7 +425,7 @@ function on_json_input() {
     return;
   }
   if (state.error?.source === 'json') state.error = null;
-  state.config = parsed;
+  apply({ op: 'load', config: parsed }, { record: false }); // recorded when the box is left
   shown.json = config_key(); // the text stays as typed
   note_preset();
   render();
@@ -445,7 +452,7 @@ function load_preset(name) {
   const preset = state.presets.find((p) => p.name === name);
   if (!preset) return;
   state.error = null;
-  state.config = canonical_config(state.schema, JSON.parse(preset.config));
+  apply({ op: 'load', config: canonical_config(state.schema, JSON.parse(preset.config)) });
   after_edit();
 }
 
@@ -582,14 +589,14 @@ function full_url() {
 }
 
 /** The snippet builder's choices: sections, the card's parameter, theme. */
-const embed_choice = { show: ['biases', 'folds', 'sweep', 'invariances'], param: '', theme: 'auto' };
+const embed_choice = { show: [...DEFAULT_SECTIONS], param: '', theme: 'auto' };
 
 function embed_url() {
   const url = new URL(location.href);
   url.search = '';
   url.searchParams.set('embed', '1');
   const show = EMBED_SECTIONS.filter((s) => embed_choice.show.includes(s));
-  if (show.join() !== 'biases,folds,sweep,invariances') url.searchParams.set('show', show.join(','));
+  if (show.join() !== DEFAULT_SECTIONS.join()) url.searchParams.set('show', show.join(','));
   if (show.includes('card') && embed_choice.param) url.searchParams.set('param', embed_choice.param);
   if (embed_choice.theme !== 'auto') url.searchParams.set('theme', embed_choice.theme);
   url.hash = share_hash();
@@ -775,7 +782,7 @@ function wire_controls() {
   });
   // A pasted link in the same tab: load it (replaceState never fires this, so no loop).
   window.addEventListener('hashchange', () => {
-    state.config = config_from_link(location.hash);
+    apply({ op: 'load', config: config_from_link(location.hash) });
     state.error = null;
     after_edit();
   });

@@ -4,17 +4,16 @@
 import FORMULAS from 'virtual:formulas';
 
 import { h, clear, download } from './dom.js';
-import { bias_table, fold_table, minimal_table, invariance_table, to_markdown, to_csv, fmt_int, VERDICT_TEXT, is_undetermined, redundant_dims, undetermined_reason, bias_notes } from './table-model.js';
+import { bias_table, fold_table, minimal_table, invariance_table, to_markdown, to_csv, fmt_int, VERDICT_TEXT, VERDICT_MARK, is_undetermined, redundant_dims, undetermined_reason, bias_notes } from './table-model.js';
 import { term, column_term } from './glossary.js';
+import { render_stack } from './stack-picture.js';
 
-// Symbols keep the verdicts apart without colour: ○ nothing of it matters, ◐ part of it, ● all of
-// it, ? not settled (a limit stopped the structural analysis).
-const VERDICT_MARK = { redundant: '○', partly_redundant: '◐', effective: '●', undetermined: '?' };
 
-/** A dotted parameter or layer name that may wrap only after its dots. */
+/** A dotted parameter or layer name that may wrap only after its dots: each part ("q_proj.")
+ * is unbreakable, with a break opportunity after it. */
 function name(text) {
-  const parts = String(text).split('.');
-  return h('code', { class: 'name' }, parts.map((p, i) => (i < parts.length - 1 ? [p, '.', h('wbr')] : p)));
+  const parts = String(text).split(/(?<=\.)/);
+  return h('code', { class: 'name' }, parts.map((p, i) => [h('span', { class: 'name-part' }, p), i < parts.length - 1 ? h('wbr') : null]));
 }
 
 function names(list) {
@@ -24,7 +23,7 @@ function names(list) {
 /** A verdict as a badge that links to its glossary entry (tooltip on hover and focus); `detail`
  * adds this row's own reason to the tooltip. */
 function verdict_badge(v, detail = null) {
-  return term(v, h('span', { class: `badge verdict-${v}` }, h('span', { 'aria-hidden': 'true' }, VERDICT_MARK[v] ?? '?'), ' ', VERDICT_TEXT[v] ?? v), detail);
+  return term(v, h('span', { class: `badge verdict-${v}` }, h('span', { 'aria-hidden': 'true' }, VERDICT_MARK[v] ?? '?'), '\u00a0', VERDICT_TEXT[v] ?? v), detail);
 }
 
 // Direction words that are glossary terms.
@@ -47,7 +46,7 @@ function formula(tex) {
 const CELLS = {
   biases: {
     // Opens the row's detail panel (toggle_detail, below).
-    param: (r) => h('button', { type: 'button', class: 'row-toggle', 'aria-expanded': 'false', title: 'Details: the reason, the rank history and this bias\'s curve', dataset: { param: r.param } }, h('code', {}, r.param)),
+    param: (r) => h('button', { type: 'button', class: 'row-toggle', 'aria-expanded': 'false', title: 'Details: the reason, the rank history and this bias\'s curve', dataset: { param: r.param } }, name(r.param)),
     verdict: (r) => (is_undetermined(r) ? verdict_badge('undetermined', undetermined_reason(r)) : verdict_badge(r.verdict)),
     redundant: (r) =>
       is_undetermined(r)
@@ -157,6 +156,7 @@ function summary(report, ms) {
 }
 
 let plot = null;
+let stack = null;
 /** Open detail panels, by parameter name: they stay open across re-analyses. */
 const open_details = new Set();
 let detail_handles = [];
@@ -195,9 +195,11 @@ function toggle_detail(button, report, open = button.getAttribute('aria-expanded
  * @param {{ms?: number, on_load_minimal?: (config: object) => void, embed?: boolean,
  *          file_stem?: () => string}} options file_stem: downloads are named `${file_stem()}-biases.md`
  */
-export function render_results(root, report, { ms, on_load_minimal, embed = false, file_stem = () => 'biaslab', show = null, param = null } = {}) {
+export function render_results(root, report, { ms, on_load_minimal, embed = false, file_stem = () => 'biaslab', show = null, param = null, schema = null } = {}) {
   plot?.destroy();
   plot = null;
+  stack?.destroy();
+  stack = null;
   for (const d of detail_handles) d.destroy();
   detail_handles = [];
   const plot_root = h('div', { class: 'plot' });
@@ -221,10 +223,12 @@ export function render_results(root, report, { ms, on_load_minimal, embed = fals
   const noise = report.noise
     ? h('p', { class: 'caption' }, `Noise floor (${report.noise.dtype}): ${report.noise.method}.`)
     : null;
+  if (schema && (!show || show.has('stack'))) stack = render_stack(report, { schema, on_select: (p) => select_param(root, report, p) });
   clear(
     root,
     summary(report, ms),
     table_section(bias_table(report), file_stem, null, noise),
+    stack?.section,
     plot_section,
     table_section(fold_table(report), file_stem),
     table_section(minimal_table(report), file_stem, null, load_minimal),
@@ -240,10 +244,32 @@ export function render_results(root, report, { ms, on_load_minimal, embed = fals
   const biases = root.querySelector('#section-biases');
   biases?.addEventListener('click', (e) => {
     const button = e.target.closest('button.row-toggle');
-    if (button) toggle_detail(button, report);
+    if (!button) return;
+    toggle_detail(button, report);
+    if (button.getAttribute('aria-expanded') === 'true') stack?.select(button.dataset.param);
   });
   for (const param of [...open_details]) if (!report.biases?.some((b) => b.param === param)) open_details.delete(param);
   for (const button of biases?.querySelectorAll('button.row-toggle') ?? []) if (open_details.has(button.dataset.param)) toggle_detail(button, report, true);
+}
+
+/** A parameter picked in the stack picture: its bias row selected, scrolled to and opened (as a
+ * click on its name does), and its curve highlighted in the sweep. */
+function select_param(root, report, param) {
+  for (const tr of root.querySelectorAll('table.table-biases tr.selected')) {
+    tr.classList.remove('selected');
+    tr.removeAttribute('aria-current');
+  }
+  plot?.select(param);
+  const button = [...root.querySelectorAll('table.table-biases button.row-toggle')].find((b) => b.dataset.param === param);
+  if (!button) return;
+  const tr = button.closest('tr');
+  tr.classList.add('selected');
+  tr.setAttribute('aria-current', 'true');
+  toggle_detail(button, report, true);
+  if (!button.closest('[hidden]')) {
+    tr.scrollIntoView({ block: 'nearest', behavior: 'smooth' });
+    button.focus({ preventScroll: true });
+  }
 }
 
 /** The sweep plot, its module (uPlot, about 22 KB gzip) fetched when a plot is first drawn, so
@@ -252,8 +278,11 @@ export function render_results(root, report, { ms, on_load_minimal, embed = fals
 function lazy_sweep(root, report, options) {
   let handle = null;
   let dead = false;
+  let selected = null;
   import('./sweep-plot.js').then(({ render_sweep }) => {
-    if (!dead) handle = render_sweep(root, report, options);
+    if (dead) return;
+    handle = render_sweep(root, report, options);
+    if (selected) handle?.select(selected);
   });
   return {
     destroy() {
@@ -261,6 +290,10 @@ function lazy_sweep(root, report, options) {
       handle?.destroy();
     },
     png: async () => (handle ? handle.png() : null),
+    select(param) {
+      selected = param;
+      handle?.select(param);
+    },
   };
 }
 

@@ -122,11 +122,14 @@ export function render_sweep(root, report, { only = null } = {}) {
   const entries = new Map();
   let u = null;
   const redundant = series.map((s, i) => (s.group === 'redundant' ? i : -1)).filter((i) => i > 0);
-  const set_alpha = (keep) => {
+  // A selected bias (picked in the stack picture) stays highlighted when the pointer leaves.
+  let selected = null;
+  const set_alpha = (hover) => {
+    const keep = hover ?? selected;
+    for (const [i, el] of entries) el.classList.toggle('focused', Boolean(keep?.includes(i)));
     if (!u) return;
     u.series.forEach((s, i) => i > 0 && (s.alpha = !keep || keep.includes(i) ? 1 : 0.2));
     u.redraw(false, false);
-    for (const [i, el] of entries) el.classList.toggle('focused', Boolean(keep?.includes(i)));
   };
   const toggle = (indices, button) => {
     if (!u) return;
@@ -174,8 +177,10 @@ export function render_sweep(root, report, { only = null } = {}) {
   const ro = new ResizeObserver(([e]) => {
     const w = Math.max(280, Math.floor(e.contentRect.width));
     if (!(e.contentRect.width > 0)) return; // not laid out (hidden): wait
-    if (!u) make(w);
-    else if (Math.abs(w - u.width) > 2) u.setSize({ width: w, height: u.height });
+    if (!u) {
+      make(w);
+      if (selected) set_alpha(null);
+    } else if (Math.abs(w - u.width) > 2) u.setSize({ width: w, height: u.height });
   });
   ro.observe(root);
   return {
@@ -184,6 +189,13 @@ export function render_sweep(root, report, { only = null } = {}) {
       u?.destroy();
     },
     png: async () => (u ? plot_png(u, series, report) : null),
+    /** Highlights one bias's curves (its own and its redundant part), or none. */
+    select(param) {
+      const mine = series.map((s, i) => (param && s.param === param ? i : -1)).filter((i) => i > 0);
+      selected = mine.length ? mine : null;
+      for (const [i, el] of entries) el.classList.toggle('selected', Boolean(selected?.includes(i)) && series[i].group === 'bias');
+      set_alpha(null);
+    },
   };
 }
 

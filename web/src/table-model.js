@@ -26,6 +26,10 @@ export function delta_vs_floor(delta, floor) {
   return r <= 1 ? `below floor (${fmt_num(r)}x)` : `${fmt_num(r)}x floor`;
 }
 
+// Symbols keep the verdicts apart without colour: ○ nothing of it matters, ◐ part of it, ● all of
+// it, ? not settled (a limit stopped the structural analysis).
+export const VERDICT_MARK = { redundant: '○', partly_redundant: '◐', effective: '●', undetermined: '?' };
+
 export const VERDICT_TEXT = {
   redundant: 'redundant',
   partly_redundant: 'partly redundant',
@@ -93,6 +97,7 @@ export function bias_table(report) {
       { key: 'redundant', label: 'Redundant', text: (r) => `${redundant_dims(r)} of ${r.size}`, value: (r) => `${redundant_dims(r)}/${r.size}` },
       { key: 'directions', label: 'Directions', text: (r) => r.directions },
       { key: 'max_abs_delta', label: 'max |Δ out|', text: (r) => fmt_num(r.max_abs_delta), value: (r) => r.max_abs_delta, numeric: true },
+      { key: 'mean_abs_delta', label: 'mean |Δ out|', text: (r) => fmt_num(r.mean_abs_delta), value: (r) => r.mean_abs_delta, numeric: true },
       { key: 'noise_floor', label: 'Noise floor', text: (r) => fmt_num(r.noise_floor), value: (r) => r.noise_floor, numeric: true },
       { key: 'vs_floor', label: 'Δ vs floor', text: (r) => delta_vs_floor(r.max_abs_delta, r.noise_floor), value: (r) => (r.max_abs_delta ?? NaN) / r.noise_floor },
       { key: 'why', label: 'Why', text: (r) => [r.why, ...bias_notes(r).map((n) => `${n.label}: ${n.text}`)].join('. ') },

@@ -34,7 +34,7 @@ test('explain: every column header of every table has a tooltip and a glossary e
   }
   // Hover and keyboard focus both show the entry's text.
   const links = page.locator('#results-body table thead th .term');
-  for (const i of [0, 2, 6]) {
+  for (const i of [0, 2, 7]) {
     const link = links.nth(i);
     await link.hover();
     const id = await link.getAttribute('data-term');
@@ -43,14 +43,15 @@ test('explain: every column header of every table has a tooltip and a glossary e
     await page.mouse.move(1, 1);
     assert.equal(await tip(page), '', 'leaving hides the tooltip');
   }
-  await links.nth(6).focus();
+  // 7: Δ vs floor (after max and mean |Δ out| and the noise floor)
+  await links.nth(7).focus();
   assert.match(await tip(page), /Δ vs floor/, 'keyboard focus shows the tooltip');
-  assert.equal(await links.nth(6).evaluate((el) => document.getElementById(el.getAttribute('aria-describedby'))?.textContent.length > 20), true, 'screen readers get the text');
+  assert.equal(await links.nth(7).evaluate((el) => document.getElementById(el.getAttribute('aria-describedby'))?.textContent.length > 20), true, 'screen readers get the text');
   await page.keyboard.press('Escape');
   assert.equal(await tip(page), '');
   // Following the link opens the glossary at the entry and leaves the experiment's link alone.
   const hash = await page.evaluate(() => location.hash);
-  await links.nth(6).press('Enter');
+  await links.nth(7).press('Enter');
   await page.waitForFunction(() => document.activeElement.id === 'g-vs_floor');
   assert.equal(await page.evaluate(() => document.getElementById('glossary-details').open), true);
   assert.equal(await page.evaluate(() => document.activeElement.id), 'g-vs_floor');

@@ -172,7 +172,7 @@ test('page: an undetermined bias shows its bounds, a verdict style of its own an
   const bounds = (await q.locator('.col-redundant').innerText()).trim();
   assert.match(bounds, /^\d+-\d+ of 1024$/, 'bounds, not one number');
   const badge = q.locator('.col-verdict .badge');
-  assert.equal((await badge.innerText()).trim(), '? undetermined');
+  assert.equal((await badge.innerText()).trim(), '?\u00a0undetermined');
   const reason = await q.locator('.col-verdict .term').getAttribute('data-detail');
   assert.match(reason, /budget/, 'the reason in the verdict\'s tooltip');
   assert.match(await q.locator('.col-why').innerText(), /Undetermined: .*budget/, 'the reason in the row');
@@ -186,8 +186,9 @@ test('page: an undetermined bias shows its bounds, a verdict style of its own an
     return { bg: cs.backgroundColor, fg: cs.color, border: `${cs.borderTopStyle} ${cs.borderTopColor}` };
   });
   const [undetermined, redundant, effective] = [await look(q), await look(row('layers.0.k_proj.bias')), await look(row('layers.0.o_proj.bias'))];
-  assert.equal((await row('layers.0.k_proj.bias').locator('.col-verdict').innerText()).trim(), '○ redundant');
-  assert.equal((await row('layers.0.o_proj.bias').locator('.col-verdict').innerText()).trim(), '● effective');
+  // The mark and the word are held together by a no-break space.
+  assert.equal((await row('layers.0.k_proj.bias').locator('.col-verdict').innerText()).trim(), '○\u00a0redundant');
+  assert.equal((await row('layers.0.o_proj.bias').locator('.col-verdict').innerText()).trim(), '●\u00a0effective');
   for (const other of [redundant, effective]) {
     assert.notEqual(undetermined.bg, other.bg);
     assert.notEqual(undetermined.fg, other.fg);

@@ -89,7 +89,7 @@ test('undetermined: the Markdown export shows the bounds and the reason in its r
   const q = md.split('\n').find((l) => l.startsWith('| layers.0.q_proj.bias '));
   assert.equal(
     q,
-    `| layers.0.q_proj.bias | undetermined | 0-32 of 96 | undetermined | 0.731 | 3.1e-15 | 2.4e14x floor | the structural analysis stopped at a limit. Undetermined: ${REASON}. ${BOUNDS} | — |`,
+    `| layers.0.q_proj.bias | undetermined | 0-32 of 96 | undetermined | 0.731 | 0.2 | 3.1e-15 | 2.4e14x floor | the structural analysis stopped at a limit. Undetermined: ${REASON}. ${BOUNDS} | — |`,
   );
   assert.match(md, /\| layers\.0\.k_proj\.bias \| redundant \| 96 of 96 \|/);
   assert.doesNotMatch(md, /null of 96|undefined/);
@@ -98,8 +98,8 @@ test('undetermined: the Markdown export shows the bounds and the reason in its r
 test('undetermined: the CSV export keeps the bounds and the reason, and the raw numbers', () => {
   const csv = to_csv(bias_table(report));
   const lines = csv.split('\r\n');
-  assert.equal(lines[0], 'Bias,Verdict,Redundant,Directions,max |Δ out|,Noise floor,Δ vs floor,Why,Absorbed by');
-  assert.equal(lines[1], `layers.0.q_proj.bias,undetermined,0-32/96,undetermined,0.731,3.1e-15,${0.731 / 3.1e-15},"the structural analysis stopped at a limit. Undetermined: ${REASON}. ${BOUNDS}",`);
+  assert.equal(lines[0], 'Bias,Verdict,Redundant,Directions,max |Δ out|,mean |Δ out|,Noise floor,Δ vs floor,Why,Absorbed by');
+  assert.equal(lines[1], `layers.0.q_proj.bias,undetermined,0-32/96,undetermined,0.731,0.2,3.1e-15,${0.731 / 3.1e-15},"the structural analysis stopped at a limit. Undetermined: ${REASON}. ${BOUNDS}",`);
   assert.match(lines[2], /^layers\.0\.k_proj\.bias,redundant,96\/96,all,/);
 });
 

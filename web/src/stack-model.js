@@ -1,0 +1,133 @@
+// The layer stack as the picture draws it (stack-picture.js): each layer with its shape and its
+// parameters, each parameter with its verdict from the report and the folds that move it. Pure;
+// no DOM (the Node tests import it).
+//
+// Shapes: tokens x features per sequence (the batch is drawn once, at the input). A layer's
+// output width is its out_features when it has one, else its input width (layer_widths).
+//
+// Parameters: the report names every bias and the parameters its folds move, but not the other
+// weights and gains. Until it lists them all (the engine declares them once per layer kind, in
+// cpp/layers/<kind>.cpp, params()), LAYER_PARAMS mirrors those declarations; test/node/
+// stack-model.test.js checks the mirror against the engine's own parameter count and names for
+// every preset and a grid of options. Names the report carries that the mirror lacks are drawn
+// too, so the picture never hides a parameter the tables show.
+import { layer_type, option_value, layer_widths } from './experiment.js';
+
+/** @typedef {'weight'|'bias'|'gain'|'shift'} Role */
+/** @typedef {{name: string, local: string, role: Role, size: number, created?: boolean}} Param */
+
+const proj = (p, opt, w) => [
+  { local: `${p}_proj.weight`, role: 'weight', size: w * w },
+  ...(opt(`${p}_bias`) ? [{ local: `${p}_proj.bias`, role: 'bias', size: w }] : []),
+];
+const affine = (on, w) => (on ? [{ local: 'weight', role: 'gain', size: w }, { local: 'bias', role: 'shift', size: w }] : []);
+
+// Layer kind -> its parameters (buffers such as BatchNorm's running statistics are left out,
+// as in the report's parameter count), given its options, input and output width.
+const LAYER_PARAMS = {
+  linear: (opt, w_in, w_out) => [{ local: 'weight', role: 'weight', size: w_in * w_out }, ...(opt('bias') ? [{ local: 'bias', role: 'bias', size: w_out }] : [])],
+  layernorm: (opt, w) => (opt('elementwise_affine') ? [{ local: 'weight', role: 'gain', size: w }, ...(opt('bias') ? [{ local: 'bias', role: 'shift', size: w }] : [])] : []),
+  rmsnorm: (opt, w) => (opt('elementwise_affine') ? [{ local: 'weight', role: 'gain', size: w }] : []),
+  batchnorm: (opt, w) => affine(opt('affine'), w),
+  groupnorm: (opt, w) => affine(opt('affine'), w),
+  instancenorm: (opt, w) => affine(opt('affine'), w),
+  attention: (opt, w) => ['q', 'k', 'v', 'o'].flatMap((p) => proj(p, opt, w)),
+};
+
+/**
+ * The parameters a layer declares, with their dotted names.
+ * @param {import('./experiment.js').Schema} schema
+ * @param {import('./experiment.js').Layer} layer @param {string} name the layer's dotted name ("layers.0.body.1")
+ * @param {number} w_in @param {number} w_out
+ * @returns {Param[]}
+ */
+export function layer_parameters(schema, layer, name, w_in, w_out) {
+  const info = layer && typeof layer === 'object' ? layer_type(schema, layer.type) : null;
+  const make = info && LAYER_PARAMS[layer.type];
+  if (!make) return [];
+  const opt = (key) => {
+    const spec = info.options.find((o) => o.name === key);
+    return spec ? option_value(layer, spec) : layer[key];
+  };
+  return make(opt, w_in, w_out).map((p) => ({ ...p, name: `${name}.${p.local}` }));
+}
+
+/**
+ * @typedef {{name: string, index: number, type: string, help: string, shape: {in: number, out: number},
+ *            params: Param[], body: LayerNode[] | null}} LayerNode
+ */
+
+/**
+ * The config's layers as a tree of nodes with widths and parameters; every name the report
+ * carries (biases, fold moves) sits in its layer, mirrored or not.
+ * @returns {{tokens: number, batch: number, features: number, out: number, layers: LayerNode[], params: Map<string, Param>}}
+ */
+export function stack_model(schema, config, report = null) {
+  const params = new Map();
+  const build = (list, prefix, width) => {
+    if (!Array.isArray(list)) return [];
+    const widths = layer_widths(list, width);
+    return list.map((layer, i) => {
+      const name = `${prefix}.${i}`;
+      const shape = widths[i];
+      const info = layer && typeof layer === 'object' ? layer_type(schema, layer.type) : null;
+      const own = layer_parameters(schema, layer, name, shape.in, shape.out);
+      for (const p of own) params.set(p.name, p);
+      const body_spec = info?.options.find((o) => o.type === 'layers');
+      return {
+        name,
+        index: i,
+        type: String(layer?.type ?? '?'),
+        help: info?.help ?? '',
+        shape,
+        params: own,
+        body: body_spec ? build(layer[body_spec.name], `${name}.${body_spec.name}`, shape.in) : null,
+      };
+    });
+  };
+  const features = config?.shape?.features ?? 64;
+  const layers = build(config?.layers, 'layers', features);
+  // Names in the report that the mirror does not know: into the deepest layer whose name prefixes them.
+  const named = [...(report?.biases ?? []).map((b) => b.param), ...(report?.folds ?? []).flatMap((f) => (f.moves ?? []).flatMap((m) => [m.from, m.to]))];
+  const rows = new Set((report?.biases ?? []).map((b) => b.param));
+  for (const name of named) {
+    if (typeof name !== 'string' || params.has(name)) continue;
+    const owner = deepest_layer(layers, name);
+    if (!owner) continue;
+    // created: only a fold's target (the value bias folds into an output bias that was off).
+    const p = { name, local: name.slice(owner.name.length + 1), role: /(^|\.)bias$/.test(name) ? 'bias' : 'weight', size: 0, created: !rows.has(name) };
+    owner.params.push(p);
+    params.set(name, p);
+  }
+  const last = layer_widths(Array.isArray(config?.layers) ? config.layers : [], features).at(-1);
+  return { tokens: config?.shape?.tokens ?? 0, batch: config?.shape?.batch ?? 0, features, out: last?.out ?? features, layers, params };
+}
+
+function deepest_layer(layers, name) {
+  for (const l of layers) {
+    if (!name.startsWith(`${l.name}.`)) continue;
+    return (l.body && deepest_layer(l.body, name)) || l;
+  }
+  return null;
+}
+
+/**
+ * What the report says about each parameter: the bias row (verdict) and the folds that move it.
+ * @returns {Map<string, {row?: object, into: {to: string, fold: object}[], dropped: object[], centred: object[]}>}
+ */
+export function parameter_facts(report) {
+  const facts = new Map();
+  const get = (name) => {
+    if (!facts.has(name)) facts.set(name, { row: undefined, into: [], dropped: [], centred: [] });
+    return facts.get(name);
+  };
+  for (const row of report?.biases ?? []) get(row.param).row = row;
+  for (const fold of report?.folds ?? [])
+    for (const m of fold.moves ?? []) {
+      if (typeof m.from !== 'string') continue;
+      if (m.to === null || m.to === undefined) get(m.from).dropped.push(fold);
+      else if (m.to === m.from) get(m.from).centred.push(fold);
+      else get(m.from).into.push({ to: m.to, fold });
+    }
+  return facts;
+}
