@@ -20,24 +20,10 @@ std::string describe_directions(const Model& m, const ModelParam& p, const Struc
 BIASLAB_COLD std::string explain(const Model& m, const ModelParam& p, int k, int n, const std::string& directions) {
   const std::string local = ends_with_local(p.name);
   const Op& op = m.ops[p.op];
-  if (op.kind == OpKind::attention) {
-    if (local == "k_proj.bias") {
-      const int head_dim = op.in / op.heads;
-      if (op.rope && k > 0 && k < n && op.rotary_dim < head_dim)
-        return "RoPE rotates only the first " + std::to_string(op.rotary_dim) + " of each head's " +
-               std::to_string(head_dim) + " dimensions: the key bias on the others adds q_i . b_K to a "
-               "whole score row (softmax cancels it), on the rotated ones it varies along the row";
-      if (op.rope && k < n)
-        return "RoPE rotates the key bias by each key's position, so q_i . R_j b_K varies along the row";
-      return std::string("adds q_i . b_K to every score of row i; softmax is shift invariant") +
-             (op.causal ? " (masked scores stay masked)" : "");
-    }
-    if (local == "q_proj.bias") return "adds b_Q . k_j to the scores, which varies with the key j";
-    if (local == "v_proj.bias") {
-      std::string s = "softmax rows sum to 1, so every token gains W_O b_V: it folds into the output bias";
-      if (k > 0) s += "; what follows cancels the part of W_O b_V it cannot see";
-      return s;
-    }
+  // A bias that enters inside its layer (attention's q, k, v) is explained by the layer itself.
+  if (op.layer_kind && op.layer_kind->explain_own) {
+    std::string own = op.layer_kind->explain_own(op, local, k, n);
+    if (!own.empty()) return own;
   }
   // Walk past ops that map the bias linearly (residual adds, Linear, BatchNorm eval) to the op
   // that decides its fate; a Linear whose null space is the redundant part is named itself.

@@ -329,6 +329,28 @@ void compile(CompileContext& ctx) {
 
 std::string explain(const Op&, int) { return "feeds the projections of an attention layer"; }
 
+// The q, k and v biases enter inside the layer: what the scores and softmax do to them.
+std::string explain_own(const Op& op, const std::string& local, int k, int n) {
+  if (local == "k_proj.bias") {
+    const int head_dim = op.in / op.heads;
+    if (op.rope && k > 0 && k < n && op.rotary_dim < head_dim)
+      return "RoPE rotates only the first " + std::to_string(op.rotary_dim) + " of each head's " +
+             std::to_string(head_dim) + " dimensions: the key bias on the others adds q_i . b_K to a "
+             "whole score row (softmax cancels it), on the rotated ones it varies along the row";
+    if (op.rope && k < n)
+      return "RoPE rotates the key bias by each key's position, so q_i . R_j b_K varies along the row";
+    return std::string("adds q_i . b_K to every score of row i; softmax is shift invariant") +
+           (op.causal ? " (masked scores stay masked)" : "");
+  }
+  if (local == "q_proj.bias") return "adds b_Q . k_j to the scores, which varies with the key j";
+  if (local == "v_proj.bias") {
+    std::string s = "softmax rows sum to 1, so every token gains W_O b_V: it folds into the output bias";
+    if (k > 0) s += "; what follows cancels the part of W_O b_V it cannot see";
+    return s;
+  }
+  return "";  // o_proj.bias: after the layer, like any Linear's
+}
+
 // q, k and v read the input; o_proj writes the output.
 constexpr Projection kReads[] = {{"q_proj.", &LayerConfig::q_bias}, {"k_proj.", &LayerConfig::k_bias},
                                  {"v_proj.", &LayerConfig::v_bias}};
@@ -351,7 +373,7 @@ std::string torch(const LayerNode& n, TorchNeeds& needs) {
 extern const LayerKind attention{LayerType::attention, "attention",
                                  "Multi-head self-attention with query, key, value and output projections.",
                                  kOptions, check, nullptr, params, compile, explain, torch,
-                                 /*has_body=*/false, nullptr, &kFolds};
+                                 /*has_body=*/false, nullptr, &kFolds, explain_own};
 
 }  // namespace kinds
 

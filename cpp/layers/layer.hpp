@@ -144,6 +144,10 @@ struct LayerKind {
   void (*sync)(LayerNode& node) = nullptr;
   // For the fold rules. Null: the layer declares nothing they can use.
   const FoldTraits* folds = nullptr;
+  // What happens to the layer's own bias `local` (redundant dimension k of n) when it enters
+  // inside the layer, where what follows cannot explain it (attention's q, k, v biases); "" to
+  // let the analysis say what the following layers do to it. Null: always "".
+  std::string (*explain_own)(const Op& op, const std::string& local, int k, int n) = nullptr;
 };
 
 // A kind's fold traits, or empty ones.
