@@ -1,6 +1,6 @@
 // The experiment config (format v1) as plain JS values, driven only by the engine's schema
 // (`schema()` of the wasm module): no option of any layer type is named in this file, so the
-// page follows cpp/core/config.cpp without edits. Pure functions, no DOM: the Node tests import
+// page follows the engine's schema (cpp/model/config.cpp, cpp/layers) without edits. Pure functions, no DOM: the Node tests import
 // this module directly.
 
 /**

@@ -40,7 +40,7 @@ export const GLOSSARY = [
       { id: 'bias_mean_delta', term: 'mean |Δ out| (Biases)', text: 'The average change over all output entries for the same move: the figure a check that prints the mean absolute difference of two outputs (as the second article\'s does) compares with. Rounding sets both it and the maximum for a redundant bias.' },
       { id: 'why', term: 'Why', text: 'The reason from the layer rules: which operation after the bias cancels it, or why nothing does; and notes when the measurement and the structure disagree.' },
       { id: 'absorbed_by', term: 'Absorbed by', text: 'The parameter a fold moves this bias into, or the folds that drop it; — when none applies.' },
-      { id: 'rule', term: 'Rule', text: 'The fold rule\'s name and its identifier in the engine (cpp/core/folds.cpp).' },
+      { id: 'rule', term: 'Rule', text: 'The fold rule\'s name and its identifier in the engine (cpp/folds/).' },
       { id: 'formula', term: 'Formula', text: 'What the fold rewrites, as the identity it relies on.' },
       { id: 'where', term: 'Where', text: 'The layers the rule rewrites, by their state-dict names.' },
       { id: 'params_removed', term: 'Params removed', text: 'How many parameters the rewrite removes.' },

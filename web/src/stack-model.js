@@ -5,51 +5,30 @@
 // Shapes: tokens x features per sequence (the batch is drawn once, at the input). A layer's
 // output width is its out_features when it has one, else its input width (layer_widths).
 //
-// Parameters: the report names every bias and the parameters its folds move, but not the other
-// weights and gains. Until it lists them all (the engine declares them once per layer kind, in
-// cpp/layers/<kind>.cpp, params()), LAYER_PARAMS mirrors those declarations; test/node/
-// stack-model.test.js checks the mirror against the engine's own parameter count and names for
-// every preset and a grid of options. Names the report carries that the mirror lacks are drawn
-// too, so the picture never hides a parameter the tables show.
-import { layer_type, option_value, layer_widths } from './experiment.js';
+// Parameters: the report's `layers` lists every parameter each layer declares (name, role,
+// shape), from the engine's own declarations (cpp/layers/<kind>.cpp, params()); buffers (BatchNorm's
+// running statistics) are left out, as in the report's parameter count. Names the report carries
+// elsewhere (a fold's target that did not exist yet) are drawn too, so the picture never hides a
+// parameter the tables show.
+import { layer_type, layer_widths } from './experiment.js';
 
 /** @typedef {'weight'|'bias'|'gain'|'shift'} Role */
 /** @typedef {{name: string, local: string, role: Role, size: number, created?: boolean}} Param */
 
-const proj = (p, opt, w) => [
-  { local: `${p}_proj.weight`, role: 'weight', size: w * w },
-  ...(opt(`${p}_bias`) ? [{ local: `${p}_proj.bias`, role: 'bias', size: w }] : []),
-];
-const affine = (on, w) => (on ? [{ local: 'weight', role: 'gain', size: w }, { local: 'bias', role: 'shift', size: w }] : []);
-
-// Layer kind -> its parameters (buffers such as BatchNorm's running statistics are left out,
-// as in the report's parameter count), given its options, input and output width.
-const LAYER_PARAMS = {
-  linear: (opt, w_in, w_out) => [{ local: 'weight', role: 'weight', size: w_in * w_out }, ...(opt('bias') ? [{ local: 'bias', role: 'bias', size: w_out }] : [])],
-  layernorm: (opt, w) => (opt('elementwise_affine') ? [{ local: 'weight', role: 'gain', size: w }, ...(opt('bias') ? [{ local: 'bias', role: 'shift', size: w }] : [])] : []),
-  rmsnorm: (opt, w) => (opt('elementwise_affine') ? [{ local: 'weight', role: 'gain', size: w }] : []),
-  batchnorm: (opt, w) => affine(opt('affine'), w),
-  groupnorm: (opt, w) => affine(opt('affine'), w),
-  instancenorm: (opt, w) => affine(opt('affine'), w),
-  attention: (opt, w) => ['q', 'k', 'v', 'o'].flatMap((p) => proj(p, opt, w)),
-};
-
 /**
- * The parameters a layer declares, with their dotted names.
- * @param {import('./experiment.js').Schema} schema
- * @param {import('./experiment.js').Layer} layer @param {string} name the layer's dotted name ("layers.0.body.1")
- * @param {number} w_in @param {number} w_out
- * @returns {Param[]}
+ * The parameters of each layer of the report, by layer name (buffers left out).
+ * @param {object | null} report
+ * @returns {Map<string, Param[]>}
  */
-export function layer_parameters(schema, layer, name, w_in, w_out) {
-  const info = layer && typeof layer === 'object' ? layer_type(schema, layer.type) : null;
-  const make = info && LAYER_PARAMS[layer.type];
-  if (!make) return [];
-  const opt = (key) => {
-    const spec = info.options.find((o) => o.name === key);
-    return spec ? option_value(layer, spec) : layer[key];
-  };
-  return make(opt, w_in, w_out).map((p) => ({ ...p, name: `${name}.${p.local}` }));
+function declared_parameters(report) {
+  const by_layer = new Map();
+  for (const layer of Array.isArray(report?.layers) ? report.layers : []) {
+    const params = (layer.params ?? [])
+      .filter((p) => p.role !== 'buffer')
+      .map((p) => ({ name: p.name, local: p.name.slice(layer.name.length + 1), role: p.role, size: (p.shape ?? []).reduce((n, d) => n * d, 1) }));
+    by_layer.set(layer.name, params);
+  }
+  return by_layer;
 }
 
 /**
@@ -58,12 +37,13 @@ export function layer_parameters(schema, layer, name, w_in, w_out) {
  */
 
 /**
- * The config's layers as a tree of nodes with widths and parameters; every name the report
- * carries (biases, fold moves) sits in its layer, mirrored or not.
+ * The config's layers as a tree of nodes with widths and the parameters the report's `layers`
+ * declares; every other name the report carries (fold targets) sits in its layer too.
  * @returns {{tokens: number, batch: number, features: number, out: number, layers: LayerNode[], params: Map<string, Param>}}
  */
 export function stack_model(schema, config, report = null) {
   const params = new Map();
+  const declared = declared_parameters(report);
   const build = (list, prefix, width) => {
     if (!Array.isArray(list)) return [];
     const widths = layer_widths(list, width);
@@ -71,7 +51,7 @@ export function stack_model(schema, config, report = null) {
       const name = `${prefix}.${i}`;
       const shape = widths[i];
       const info = layer && typeof layer === 'object' ? layer_type(schema, layer.type) : null;
-      const own = layer_parameters(schema, layer, name, shape.in, shape.out);
+      const own = declared.get(name) ?? [];
       for (const p of own) params.set(p.name, p);
       const body_spec = info?.options.find((o) => o.type === 'layers');
       return {
@@ -87,7 +67,8 @@ export function stack_model(schema, config, report = null) {
   };
   const features = config?.shape?.features ?? 64;
   const layers = build(config?.layers, 'layers', features);
-  // Names in the report that the mirror does not know: into the deepest layer whose name prefixes them.
+  // Names in the report that no layer declares (a fold's new target): into the deepest layer
+  // whose name prefixes them.
   const named = [...(report?.biases ?? []).map((b) => b.param), ...(report?.folds ?? []).flatMap((f) => (f.moves ?? []).flatMap((m) => [m.from, m.to]))];
   const rows = new Set((report?.biases ?? []).map((b) => b.param));
   for (const name of named) {

@@ -1,6 +1,7 @@
-// The stack picture's model (src/stack-model.js) against the engine: its mirror of each layer
-// kind's parameters must give the engine's parameter count and contain every name the report
-// carries, for every preset and a grid of options; folds and verdicts land on the right names.
+// The stack picture's model (src/stack-model.js) against the engine: the parameters it draws
+// (from the report's `layers`) must give the engine's parameter count and contain every name the
+// report carries, for every preset and a grid of options; folds and verdicts land on the right
+// names.
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
 
@@ -13,13 +14,14 @@ const schema = engine.schema();
 function check(config, label) {
   const report = engine.analyze(config);
   assert.equal(report.ok, true, `${label}: ${JSON.stringify(report.error)}`);
-  const model = stack_model(schema, report.config, null); // the mirror alone
+  // The declared parameters alone (no bias rows or folds to add names from).
+  const model = stack_model(schema, report.config, { layers: report.layers });
   const total = [...model.params.values()].reduce((n, p) => n + p.size, 0);
-  assert.equal(total, report.summary.parameters, `${label}: the mirror counts ${total} parameters, the engine ${report.summary.parameters}`);
+  assert.equal(total, report.summary.parameters, `${label}: the picture counts ${total} parameters, the engine ${report.summary.parameters}`);
   // A fold's target may be new (the value bias moves into an output bias that was off), so only
   // the biases and what folds move are checked.
   const names = [...report.biases.map((b) => b.param), ...report.folds.flatMap((f) => f.moves.map((m) => m.from))];
-  for (const n of names) assert.ok(model.params.has(n), `${label}: the report names ${n}, the mirror does not`);
+  for (const n of names) assert.ok(model.params.has(n), `${label}: the report names ${n}, the picture does not`);
   return { report, model };
 }
 
@@ -33,7 +35,7 @@ test('stack model: every layer option that adds or removes a parameter', () => {
     [{ type: 'linear', out_features: 12, bias: false }, { type: 'layernorm', bias: false }, { type: 'linear', out_features: 8 }],
     [{ type: 'layernorm', elementwise_affine: false }, { type: 'rmsnorm' }, { type: 'rmsnorm', elementwise_affine: false }],
     [{ type: 'batchnorm', affine: false }, { type: 'batchnorm', mode: 'eval' }, { type: 'groupnorm', num_groups: 2, affine: false }, { type: 'groupnorm' }],
-    [{ type: 'instancenorm' }, { type: 'instancenorm', affine: true }, { type: 'softmax' }, { type: 'relu' }, { type: 'gelu' }],
+    [{ type: 'instancenorm' }, { type: 'instancenorm', affine: true }, { type: 'softmax' }, { type: 'relu' }, { type: 'gelu' }, { type: 'silu' }, { type: 'tanh' }],
     [{ type: 'attention', num_heads: 2, q_bias: false, o_bias: false }, { type: 'attention', k_bias: false, v_bias: false, causal: true }],
     [{ type: 'residual', body: [{ type: 'linear', out_features: 16 }, { type: 'relu' }, { type: 'linear', out_features: 8 }, { type: 'residual', body: [{ type: 'rmsnorm' }] }] }],
   ];
@@ -46,7 +48,7 @@ test('stack model: every layer option that adds or removes a parameter', () => {
 
 test('stack model: shapes follow out_features; residual bodies nest with the skip\'s width', () => {
   const config = { shape: { batch: 2, tokens: 16, features: 64 }, layers: [{ type: 'residual', body: [{ type: 'layernorm' }, { type: 'linear', out_features: 256 }, { type: 'gelu' }, { type: 'linear', out_features: 64 }] }, { type: 'linear', out_features: 32 }] };
-  const m = stack_model(schema, config);
+  const m = stack_model(schema, config, engine.analyze({ version: 1, ...config }));
   assert.deepEqual(m.layers.map((l) => [l.name, l.shape.in, l.shape.out]), [['layers.0', 64, 64], ['layers.1', 64, 32]]);
   assert.deepEqual(m.layers[0].body.map((l) => [l.name, l.type, l.shape.in, l.shape.out]), [
     ['layers.0.body.0', 'layernorm', 64, 64],
@@ -69,7 +71,7 @@ test('stack model: folds become moves into their target, drops and centrings; ve
   assert.equal(facts.get('layers.0.body.0.weight').row, undefined, 'a gain has no verdict');
 });
 
-test('stack model: names the mirror lacks still land in their layer; bad configs give an empty stack', () => {
+test('stack model: names no layer declares still land in their layer; bad configs give an empty stack', () => {
   const report = { biases: [{ param: 'layers.0.extra.bias', verdict: 'effective' }], folds: [] };
   const m = stack_model(schema, { shape: { features: 4 }, layers: [{ type: 'relu' }] }, report);
   assert.deepEqual(m.layers[0].params.map((p) => [p.local, p.role]), [['extra.bias', 'bias']]);
