@@ -255,17 +255,20 @@ constexpr LayerOption kOptions[] = {
      &LayerConfig::causal},
     {flag("rope", false, "Rotates queries and keys by position (RoPE); needs an even head dimension."),
      &LayerConfig::rope},
-    {integer("rotary_dim", 0, 2, Limits::max_features, "dimensions",
-             "With rope: how many leading dimensions of each head rotate (partial RoPE, as GPT-NeoX "
-             "and Pythia); even, at most the head dimension; omit it to rotate them all.",
-             "the head dimension"),
+    {needs(integer("rotary_dim", 0, 2, Limits::max_features, "dimensions",
+                   "With rope: how many leading dimensions of each head rotate (partial RoPE, as "
+                   "GPT-NeoX and Pythia); even, at most the head dimension; omit it to rotate them all.",
+                   "the head dimension"),
+           "rope"),
      &LayerConfig::rotary_dim},
-    {choice("rope_style", kRopeStyles, 0,
-            "With rope: half rotates dimension i with i + r/2 (rotate_half: Llama, GPT-NeoX); "
-            "interleaved rotates 2i with 2i + 1 (GPT-J)."),
+    {needs(choice("rope_style", kRopeStyles, 0,
+                  "With rope: half rotates dimension i with i + r/2 (rotate_half: Llama, GPT-NeoX); "
+                  "interleaved rotates 2i with 2i + 1 (GPT-J)."),
+           "rope"),
      &LayerConfig::rope_style},
-    {number("rope_base", 10000, 1, true, 1e12,
-            "With rope: pair i turns by position * rope_base^(-2i/r) (Llama 10000, Qwen2 1000000)."),
+    {needs(number("rope_base", 10000, 1, true, 1e12,
+                  "With rope: pair i turns by position * rope_base^(-2i/r) (Llama 10000, Qwen2 1000000)."),
+           "rope"),
      &LayerConfig::rope_base},
 };
 
@@ -273,12 +276,7 @@ std::optional<Error> check(const LayerConfig& c, int in, const std::string& path
   if (in % c.num_heads != 0)
     return Error{path + ".num_heads", std::to_string(c.num_heads) + " does not divide features " + std::to_string(in)};
   const int head_dim = in / c.num_heads;
-  if (!c.rope) {
-    const char* set = c.rotary_dim != 0 ? "rotary_dim" : c.rope_style != RopeStyle::half ? "rope_style"
-                      : c.rope_base != 10000.0 ? "rope_base" : nullptr;
-    if (set) return Error{path + "." + set, std::string(set) + " needs rope: true"};
-    return std::nullopt;
-  }
+  if (!c.rope) return std::nullopt;  // the RoPE options need rope (Spec::needs_flag, checked by the parser)
   if (c.rotary_dim != 0) {
     if (c.rotary_dim % 2 != 0 || c.rotary_dim > head_dim)
       return Error{path + ".rotary_dim", "must be even and at most the head dimension " + std::to_string(head_dim) +

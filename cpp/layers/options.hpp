@@ -24,7 +24,16 @@ struct Spec {
   const char* unit;           // int limits: "5000 exceeds the limit of 1024 tokens"
   const char* default_note;   // the default is not a literal value (out_features: the input width)
   const char* help;           // one sentence for `biaslab schema` and the web form
+  // A boolean option of the same layer that must be true for this one to be set (rotary_dim
+  // needs rope); the parser refuses a non-default value without it and the form disables it.
+  const char* needs_flag = nullptr;
 };
+
+// `s`, valid only when the layer's boolean option `flag` is true.
+constexpr Spec needs(Spec s, const char* flag) {
+  s.needs_flag = flag;
+  return s;
+}
 
 constexpr Spec flag(const char* name, bool def, const char* help) {
   return {name, SpecKind::boolean, def ? 1.0 : 0.0, 0, 0, false, nullptr, nullptr, nullptr, help};

@@ -170,6 +170,22 @@ Failure parse_layer(LayerConfig& out, const J& v, const std::string& path, int d
         opt->member);
     if (e) return e;
   }
+  // Options set without the flag they need (rotary_dim without rope): named at the option.
+  for (const auto& opt : type->options) {
+    if (!opt.spec.needs_flag) continue;
+    const bool set = std::visit([&](auto m) { return !is_default(ref(out, m), opt.spec); }, opt.member);
+    const LayerOption* flag = find_option(type->type, opt.spec.needs_flag);
+    const bool on = flag && std::visit(
+                                [&](auto m) {
+                                  const auto& value = ref(out, m);
+                                  if constexpr (std::is_same_v<std::decay_t<decltype(value)>, bool>) return value;
+                                  else return false;
+                                },
+                                flag->member);
+    if (set && !on)
+      return Error{path + "." + opt.spec.name,
+                   std::string(opt.spec.name) + " needs " + opt.spec.needs_flag + ": true"};
+  }
   for (const auto& opt : type->options) {
     if (opt.spec.kind == Kind::layers && v.find(opt.spec.name) == v.end())
       return Error{path + "." + opt.spec.name, std::string("is missing; a ") + type->name +

@@ -261,6 +261,7 @@ inline json spec_json(const Spec& s, const std::string& name) {
     o["default_note"] = s.default_note;
   }
   o["help"] = s.help;
+  if (s.needs_flag) o["requires"] = s.needs_flag;
   return o;
 }
 

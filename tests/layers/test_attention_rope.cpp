@@ -88,3 +88,20 @@ TEST_CASE("rope: the script passes the non-default RoPE options to its Attention
       "layers": [{"type": "attention", "num_heads": 2, "rope": true}]})");
   CHECK(export_torch_script(plain).find(", rope=True)") != std::string::npos);
 }
+
+TEST_CASE("rope: the schema says the RoPE options need rope, and the parser names the option") {
+  const Json schema = config_schema();
+  for (const Json& t : schema.at("layer_types")) {
+    if (t.at("name") != "attention") continue;
+    int needing = 0;
+    for (const Json& o : t.at("options"))
+      if (o.contains("requires")) {
+        CHECK(o.at("requires") == "rope");
+        ++needing;
+      }
+    CHECK(needing == 3);
+  }
+  const auto r = parse_config_text(R"({"layers": [{"type": "attention", "rope": false, "rope_style": "interleaved"}]})");
+  REQUIRE_FALSE(r.ok());
+  CHECK(r.error().what() == "layers[0].rope_style: rope_style needs rope: true");
+}

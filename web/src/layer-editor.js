@@ -58,10 +58,10 @@ function top_fields(schema, config, edit) {
 
 /** One input for one option or field. action(value) is the edit that stores a value
  * (undefined: back to the default). */
-function control(spec, value, path, label_text, action, edit) {
+function control(spec, value, path, label_text, action, edit, disabled_note = null) {
   const id = next_id('opt');
-  const help = spec.help + (spec.default_note ? ` Default: ${spec.default_note}.` : spec.default !== undefined && spec.default !== null ? ` Default: ${spec.default}.` : '');
-  const common = { id, dataset: { path, focus: `${path}:value` }, title: help, 'aria-describedby': `${id}-help` };
+  const help = spec.help + (spec.default_note ? ` Default: ${spec.default_note}.` : spec.default !== undefined && spec.default !== null ? ` Default: ${spec.default}.` : '') + (disabled_note ? ` (Off: ${disabled_note}.)` : '');
+  const common = { id, dataset: { path, focus: `${path}:value` }, title: help, 'aria-describedby': `${id}-help`, disabled: disabled_note ? true : null };
   const help_el = h('span', { id: `${id}-help`, class: 'visually-hidden' }, help);
   if (spec.type === 'bool') {
     const input = h('input', { ...common, type: 'checkbox', checked: value === true });
@@ -198,7 +198,12 @@ function layer_item(schema, layers, i, path, width, edit) {
       );
       continue;
     }
-    options.push(control(spec, option_value(layer, spec), `${p}.${spec.name}`, spec.name, (value) => ({ op: 'set_option', path: p, name: spec.name, value }), edit));
+    // An option that needs a flag (rotary_dim needs rope) is disabled while the flag is off and
+    // the option holds its default; a value set anyway stays editable so it can be cleared.
+    const flag = spec.requires ? info.options.find((o) => o.name === spec.requires) : null;
+    const value = option_value(layer, spec);
+    const inert = flag && option_value(layer, flag) !== true && (value === spec.default || value === null || value === undefined);
+    options.push(control(spec, value, `${p}.${spec.name}`, spec.name, (v) => ({ op: 'set_option', path: p, name: spec.name, value: v }), edit, inert ? `needs ${spec.requires}` : null));
   }
   return h(
     'li',

@@ -302,3 +302,19 @@ test('editing: the skip link moves to the results and keeps the experiment and i
   assert.equal(await page.evaluate(() => location.hash), hash);
   await page.close();
 });
+
+test('editing: the RoPE options are off until rope is on, then take a value', async () => {
+  const { page, problems } = await env.open();
+  const rotary = '[data-path="layers[0].body[1].rotary_dim"]';
+  const rope = '[data-path="layers[0].body[1].rope"]';
+  assert.equal(await page.isDisabled(rotary), true, 'rotary_dim is off while rope is off');
+  assert.equal(await page.isDisabled('[data-path="layers[0].body[1].rope_style"]'), true);
+  assert.match(await page.getAttribute(rotary, 'title'), /needs rope/);
+  await after_analysis(page, () => page.check(rope));
+  assert.equal(await page.isDisabled(rotary), false, 'rotary_dim is on with rope');
+  await page.click(rotary);
+  await after_analysis(page, () => page.keyboard.type('8'));
+  assert.equal(await page.evaluate(() => document.documentElement.dataset.lastAnalysis), 'ok');
+  assert.match(await page.inputValue('#config-json'), /"rotary_dim": 8/);
+  assert.deepEqual(problems, []);
+});
