@@ -58,7 +58,7 @@ function top_fields(schema, config, edit) {
 
 /** One input for one option or field. action(value) is the edit that stores a value
  * (undefined: back to the default). */
-function control(spec, value, path, label_text, action, edit, disabled_note = null) {
+function control(spec, value, path, label_text, action, edit, disabled_note = null, gates = false) {
   const id = next_id('opt');
   const help = spec.help + (spec.default_note ? ` Default: ${spec.default_note}.` : spec.default !== undefined && spec.default !== null ? ` Default: ${spec.default}.` : '') + (disabled_note ? ` (Off: ${disabled_note}.)` : '');
   const common = { id, dataset: { path, focus: `${path}:value` }, title: help, 'aria-describedby': `${id}-help`, disabled: disabled_note ? true : null };
@@ -66,7 +66,8 @@ function control(spec, value, path, label_text, action, edit, disabled_note = nu
   if (spec.type === 'bool') {
     const input = h('input', { ...common, type: 'checkbox', checked: value === true });
     input.addEventListener('change', () => {
-      edit({ action: action(input.checked === spec.default ? undefined : input.checked), structural: false, immediate: true });
+      // A flag other options need (rope) rebuilds the form, so they turn on or off with it.
+      edit({ action: action(input.checked === spec.default ? undefined : input.checked), structural: gates, immediate: true, focus: gates ? `${path}:value` : undefined });
     });
     return h('label', { class: 'opt opt-bool', for: id, title: help }, input, h('span', {}, label_text), help_el);
   }
@@ -203,7 +204,8 @@ function layer_item(schema, layers, i, path, width, edit) {
     const flag = spec.requires ? info.options.find((o) => o.name === spec.requires) : null;
     const value = option_value(layer, spec);
     const inert = flag && option_value(layer, flag) !== true && (value === spec.default || value === null || value === undefined);
-    options.push(control(spec, value, `${p}.${spec.name}`, spec.name, (v) => ({ op: 'set_option', path: p, name: spec.name, value: v }), edit, inert ? `needs ${spec.requires}` : null));
+    const gates = (info?.options ?? []).some((o) => o.requires === spec.name);
+    options.push(control(spec, value, `${p}.${spec.name}`, spec.name, (v) => ({ op: 'set_option', path: p, name: spec.name, value: v }), edit, inert ? `needs ${spec.requires}` : null, gates));
   }
   return h(
     'li',
