@@ -88,6 +88,14 @@ inline int param_index(const Model& m, const std::string& name) {
   return i;
 }
 
+// The central difference (f(p + h dir) - f(p - h dir)) / (2 h) of the float64 output with respect
+// to parameter `pi` along `dir` (its shape).
+inline Mat central_difference(const Model& m, const Mat& x, int pi, const Mat& dir, double h = 1e-6) {
+  const Weights<double> w = cast_weights<double>(m);
+  const Mat plus = m.params[pi].value + h * dir, minus = m.params[pi].value - h * dir;
+  return (forward<double>(m, w, x, {pi, &plus}) - forward<double>(m, w, x, {pi, &minus})) / (2 * h);
+}
+
 template <class A, class B>
 double max_abs_diff(const A& a, const B& b) {
   if (a.rows() != b.rows() || a.cols() != b.cols()) return HUGE_VAL;

@@ -29,9 +29,10 @@ const char* const kFullConfig = R"({
     {"type": "batchnorm", "mode": "eval", "affine": false, "eps": 0.01},
     {"type": "groupnorm", "num_groups": 8, "affine": false, "eps": 0.5},
     {"type": "instancenorm", "affine": true, "eps": 1},
-    {"type": "attention", "num_heads": 2, "q_bias": false, "k_bias": false, "v_bias": false,
-     "o_bias": false, "causal": true, "rope": true, "rotary_dim": 8, "rope_style": "interleaved",
+    {"type": "attention", "num_heads": 2, "num_kv_heads": 1, "q_bias": false, "k_bias": false, "v_bias": false,
+     "o_bias": false, "causal": true, "sinks": true, "rope": true, "rotary_dim": 8, "rope_style": "interleaved",
      "rope_base": 500000},
+    {"type": "glu", "hidden": 12, "activation": "gelu_tanh", "bias": true},
     {"type": "relu"},
     {"type": "gelu", "approximate": "tanh"},
     {"type": "softmax"},
@@ -172,7 +173,9 @@ TEST_CASE("config: every option with a non-default value survives parse, print, 
   CHECK(c.seed == (std::uint64_t{1} << 53));
   CHECK(c.dtype == DType::float32);
   CHECK(c.layers[3].mode == BatchNormMode::eval);
-  CHECK(c.layers[8].approximate == GeluApprox::tanh);
+  CHECK(c.layers[9].approximate == GeluApprox::tanh);
+  CHECK(c.layers[7].activation == GluActivation::gelu_tanh);
+  CHECK(c.layers[7].hidden == 12);
   CHECK(c.layers[5].affine);
 
   const json printed = config_to_json(c);

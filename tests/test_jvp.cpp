@@ -134,6 +134,17 @@ TEST_CASE("jvp: attention q/k/v/o biases match central differences") {
                                      {"type": "linear"}, {"type": "attention", "num_heads": 4})"));
   }
   SUBCASE("1 token, batch 1") { check_all_biases(net(1, 1, 4, R"({"type": "attention", "num_heads": 2})")); }
+  SUBCASE("grouped-query (4 heads, 2 kv heads), broadcast path and with partial RoPE") {
+    check_all_biases(net(2, 4, 16, R"({"type": "linear"}, {"type": "attention", "num_heads": 4, "num_kv_heads": 2},
+                                      {"type": "attention", "num_heads": 4, "num_kv_heads": 2, "rope": true, "rotary_dim": 2})"));
+  }
+  SUBCASE("sinks (their own logits too), causal and not, grouped, with RoPE, after a bias") {
+    check_all_biases(net(2, 4, 8, R"({"type": "linear"}, {"type": "attention", "num_heads": 2, "sinks": true},
+                                     {"type": "attention", "num_heads": 4, "num_kv_heads": 2, "sinks": true, "causal": true, "rope": true})"));
+  }
+  SUBCASE("multi-query (1 kv head), causal") {
+    check_all_biases(net(2, 3, 8, R"({"type": "attention", "num_heads": 4, "num_kv_heads": 1, "causal": true})"));
+  }
 }
 
 TEST_CASE("jvp: biases inside residual blocks match central differences") {

@@ -39,8 +39,9 @@ struct Next {
 };
 Next next_op(const Model& m, int op_index);
 
-// The last two dotted parts of a name: "layers.0.k_proj.bias" -> "k_proj.bias".
-std::string ends_with_local(const std::string& name);
+// A parameter's name inside its layer: "layers.0.k_proj.bias" -> "k_proj.bias", "layers.2.sinks"
+// -> "sinks".
+std::string local_name(const Model& m, const ModelParam& p);
 
 // The verdict the structure alone predicts for k redundant directions of n.
 inline const char* verdict_for(int k, int n) {

@@ -7,6 +7,7 @@
 #include <Eigen/SVD>
 
 #include "analysis/analysis.hpp"
+#include "layers/attention.hpp"
 #include "layers/layer.hpp"
 #include "core/cold.hpp"
 #include "core/rng.hpp"
@@ -16,9 +17,30 @@ namespace {
 
 std::string describe_directions(const Model& m, const ModelParam& p, const Structure& st);
 
+// The projection a linear op of a layer stands for: "o_proj" for "layers.0.o_proj.weight".
+std::string projection_of(const Model& m, const Op& op) {
+  const std::string local = local_name(m, m.params[op.w]);
+  return local.substr(0, local.rfind('.'));
+}
+
+// Whether the bias is added to its op's output (a Linear's bias, a norm's shift), so that what
+// follows decides its fate. Attention's q/k/v biases and glu's gate/up biases enter inside their
+// op instead: the next op's weight says nothing about them.
+bool added_to_output(const Model& m, const ModelParam& p) {
+  const Op& op = m.ops[p.op];
+  const int i = static_cast<int>(&p - m.params.data());
+  return i == op.b || i == op.shift;
+}
+
+// What a value bias adds to every token of the output: W_O repeat_kv(b_V), as a matrix.
+Mat value_to_output(const Model& m, const ModelParam& p) {
+  const Op& at = m.ops[p.op];
+  return m.params[m.ops[p.op + 1].w].value * repeat_kv_matrix(at.heads, at.kv_heads, at.in / at.heads);
+}
+
 // Why a bias is (or is not) redundant: from where it enters and what its tangent meets next.
 BIASLAB_COLD std::string explain(const Model& m, const ModelParam& p, int k, int n, const std::string& directions) {
-  const std::string local = ends_with_local(p.name);
+  const std::string local = local_name(m, p);
   const Op& op = m.ops[p.op];
   // A bias that enters inside its layer (attention's q, k, v) is explained by the layer itself.
   if (op.layer_kind && op.layer_kind->explain_own) {
@@ -66,7 +88,7 @@ BIASLAB_COLD std::string describe_directions(const Model& m, const ModelParam& p
     return (B - Q * (Q.transpose() * B)).norm() < 1e-6 * std::sqrt(double(k));
   };
   if (spans(Mat::Ones(n, 1))) return "all-ones";
-  const Next nx = next_op(m, p.op);
+  const Next nx = added_to_output(m, p) ? next_op(m, p.op) : Next{};
   if (nx.op && nx.op->kind == OpKind::norm && nx.op->norm == NormKind::group) {
     const int G = nx.op->groups, per = n / G;
     Mat S = Mat::Zero(n, G);
@@ -77,8 +99,8 @@ BIASLAB_COLD std::string describe_directions(const Model& m, const ModelParam& p
     const Mat& W = m.params[nx.op->w].value;
     if ((W * B).norm() < 1e-8 * W.norm()) return "null space of " + m.params[nx.op->w].name;
   }
-  if (ends_with_local(p.name) == "v_proj.bias" && k == 1) {
-    const Mat& Wo = m.params[m.ops[p.op + 1].w].value;
+  if (local_name(m, p) == "v_proj.bias" && k == 1) {
+    const Mat Wo = value_to_output(m, p);
     Vec y = Wo * B.col(0);
     const Vec ones = Vec::Ones(y.size()) / std::sqrt(double(y.size()));
     if ((y - ones * ones.dot(y)).norm() < 1e-6 * y.norm())
@@ -92,7 +114,7 @@ BIASLAB_COLD std::string describe_directions(const Model& m, const ModelParam& p
 BIASLAB_COLD std::vector<Mat> exact_candidates(const Model& m, const ModelParam& p) {
   const int n = static_cast<int>(p.value.size());
   std::vector<Mat> out{Mat::Ones(n, 1)};
-  const Next nx = next_op(m, p.op);
+  const Next nx = added_to_output(m, p) ? next_op(m, p.op) : Next{};
   if (nx.op && nx.op->kind == OpKind::norm && nx.op->norm == NormKind::group && nx.op->groups > 1 &&
       n % nx.op->groups == 0) {
     const int G = nx.op->groups, per = n / G;
@@ -100,8 +122,8 @@ BIASLAB_COLD std::vector<Mat> exact_candidates(const Model& m, const ModelParam&
     for (int g = 0; g < G; ++g) S.block(g * per, g, per, 1).setOnes();
     out.push_back(S);
   }
-  if (ends_with_local(p.name) == "v_proj.bias") {
-    const Mat& Wo = m.params[m.ops[p.op + 1].w].value;  // (F, F)
+  if (local_name(m, p) == "v_proj.bias") {
+    const Mat Wo = value_to_output(m, p);  // (F, kv_heads * d)
     out.push_back(Mat(Eigen::HouseholderQR<Eigen::MatrixXd>(Eigen::MatrixXd(Wo)).solve(Eigen::VectorXd::Ones(Wo.rows()))));
   }
   return out;
@@ -225,7 +247,7 @@ BIASLAB_COLD std::vector<BiasResult> analyse_biases(Context& c) {
     r.jacobian_at = st.cut < static_cast<int>(c.model.ops.size())
                         ? "input of " + c.model.ops[st.cut].layer +
                               (c.model.ops[st.cut].kind == OpKind::linear && c.model.ops[st.cut].layer == c.model.ops[p.op].layer
-                                   ? " o_proj"
+                                   ? " " + projection_of(c.model, c.model.ops[st.cut])
                                    : "")
                         : "output";
     c.structures.push_back(std::move(st));

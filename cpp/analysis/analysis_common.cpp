@@ -27,10 +27,8 @@ Next next_op(const Model& m, int op_index) {
   return n;
 }
 
-std::string ends_with_local(const std::string& name) {
-  const auto dot = name.rfind('.');
-  const auto dot2 = dot == std::string::npos ? std::string::npos : name.rfind('.', dot - 1);
-  return dot2 == std::string::npos ? name : name.substr(dot2 + 1);
+std::string local_name(const Model& m, const ModelParam& p) {
+  return p.name.substr(m.ops[p.op].layer.size() + 1);  // "<layer>.<local>"
 }
 
 BIASLAB_COLD json delta_json(const Delta& d) {

@@ -70,7 +70,10 @@ double structural_flops_per_input(const Model& m, const ModelParam& p) {
     if (op.kind == OpKind::attention) {
       const double core = 4 * B * T * T * F;
       // A q/k/v bias enters after the projections and touches one head per direction.
-      per_direction += i == p.op ? core / op.heads : 6 * N * F * F + core;
+      per_direction += i == p.op ? core / op.heads : 2 * N * F * F * (1 + 2.0 * op.kv_heads / op.heads) + core;
+    } else if (op.kind == OpKind::glu) {
+      // A gate or up bias enters after its projection; anything earlier passes both.
+      per_direction += (i == p.op ? 0 : 4 * N * op.in * op.out) + 10 * N * op.out;
     } else if (i > p.op) {
       if (op.kind == OpKind::linear) per_direction += 2 * N * op.in * op.out;
       else per_direction += 10 * N * F;

@@ -86,7 +86,7 @@ void emit_layers(const std::vector<LayerNode>& nodes, int indent, std::string& o
       out += pad + "]),\n";
       continue;
     }
-    out += pad + kind.torch(node, needs) + ",\n";
+    out += pad + torch_writer(node.cfg.type)(node, needs) + ",\n";
   }
 }
 
@@ -148,6 +148,7 @@ verdicts and folds are what should agree.
   // The classes the layers named (TorchNeeds), in a fixed order; some have a variant for one
   // token or one value.
   if (needs.has("attention")) out += py::attention;
+  if (needs.has("glu")) out += py::glu;
   if (needs.has("rmsnorm")) out += py::rmsnorm;
   if (needs.has("layer_norm_without_bias")) out += py::layer_norm_without_bias;
   const bool groupnorm = needs.has("groupnorm") || needs.has("groupnorm_one_value");

@@ -3,28 +3,35 @@
 #include "folds/rules.hpp"
 
 #include "core/cold.hpp"
+#include "layers/attention.hpp"
 
 namespace biaslab::folds_detail {
 
 // --- attention biases ------------------------------------------------------------------------
 bool match_key_bias(const Seq& s, int i) {
-  return is(s, i, LayerType::attention) && s[i].cfg.k_bias && !s[i].cfg.rope;
+  // Sinks: the sink logit does not move with the key bias, so the row shift is not cancelled.
+  return is(s, i, LayerType::attention) && s[i].cfg.k_bias && !s[i].cfg.rope && !s[i].cfg.sinks;
 }
 BIASLAB_COLD void apply_key_bias(Seq& s, int i, const std::string& prefix, FoldApplied& out) {
   const std::string n = name_of(prefix, i);
   out.layers = {n};
   out.moves.push_back({n + ".k_proj.bias", ""});
-  out.dof_removed = s[i].in_width;
+  out.dof_removed = static_cast<int>(col(s[i], "k_proj.bias").size());
   s[i].cfg.k_bias = false;
   remove_param(s[i], "k_proj.bias");
 }
 
-// softmax rows sum to 1, so P (1 b_V^T) = 1 b_V^T: the value bias adds W_O b_V to every token.
-bool match_value_bias(const Seq& s, int i) { return is(s, i, LayerType::attention) && s[i].cfg.v_bias; }
+// softmax rows sum to 1, so P (1 b_V^T) = 1 b_V^T: the value bias adds W_O b_V to every token
+// (with grouped-query attention W_O repeat_kv(b_V): each query head reads its group's b_V).
+// Sinks: rows sum to 1 - p_sink(i), so the value bias adds a per-token amount (explain_own says so).
+bool match_value_bias(const Seq& s, int i) {
+  return is(s, i, LayerType::attention) && s[i].cfg.v_bias && !s[i].cfg.sinks;
+}
 BIASLAB_COLD void apply_value_bias(Seq& s, int i, const std::string& prefix, FoldApplied& out) {
   LayerNode& a = s[i];
   const Vec bv = col(a, "v_proj.bias");
-  Vec bo = a.find("o_proj.weight")->value * bv;
+  const int heads = a.cfg.num_heads, kv = a.cfg.num_kv_heads > 0 ? a.cfg.num_kv_heads : heads;
+  Vec bo = a.find("o_proj.weight")->value * (repeat_kv_matrix(heads, kv, a.in_width / heads) * bv);
   if (a.find("o_proj.bias")) bo += col(a, "o_proj.bias");
   a.cfg.v_bias = false;
   remove_param(a, "v_proj.bias");

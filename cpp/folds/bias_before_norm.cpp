@@ -42,11 +42,11 @@ BIASLAB_COLD void apply_drop_before_norm(Seq& s, int i, const std::string& prefi
   out.moves.push_back({f.name, ""});
   out.dof_removed = static_cast<int>(f.node->find(f.local)->value.size());
   LayerNode& n = *f.node;
-  // Remove through the config where a flag exists; a BN/GN/IN shift is tied to its gain by
-  // `affine`, so it is set to zero instead.
+  // Remove through the config where a flag exists for it alone; a BN/GN/IN shift is tied to its
+  // gain by `affine`, and glu's `bias` covers its other projections too, so those are set to zero.
   const FoldTraits& t = fold_traits(n.cfg.type);
   bool LayerConfig::*flag = t.writes ? t.writes->bias : t.shift_flag;
-  if (flag) n.cfg.*flag = false;
+  if (flag && !flag_covers_others(n, flag, f.local)) n.cfg.*flag = false;
   else {
     n.find(f.local)->value.setZero();
     return;

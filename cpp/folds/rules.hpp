@@ -34,7 +34,9 @@ inline void remove_param(LayerNode& n, const std::string& local) {
     }
 }
 
-// Sets (creating if absent) a parameter, keeping the layer's declaration order.
+// Sets (creating if absent) a parameter, keeping the layer's declaration order. A flag the caller
+// turned on may cover other parameters too (glu's `bias` covers its three projections): those
+// are created as zeros, so the config still describes the layer exactly.
 inline void set_param(LayerNode& n, const std::string& local, ParamRole role, const Mat& value) {
   if (Param* p = n.find(local)) {
     p->value = value;
@@ -46,8 +48,24 @@ inline void set_param(LayerNode& n, const std::string& local, ParamRole role, co
   for (auto& f : fresh) {
     if (f.local == local) merged.push_back({local, role, value});
     else if (const Param* old = n.find(f.local)) merged.push_back(*old);
+    else merged.push_back({f.local, f.role, Mat::Zero(f.value.rows(), f.value.cols())});
   }
   n.params = std::move(merged);
+}
+
+// Whether turning `flag` off would also drop parameters of `n` other than `local` (a flag that
+// covers several projections, as glu's `bias`).
+inline bool flag_covers_others(const LayerNode& n, bool LayerConfig::*flag, const std::string& local) {
+  LayerConfig c = n.cfg;
+  c.*flag = false;
+  std::vector<Param> kept = declare_params(c, n.in_width, n.out_width, 0, "");
+  for (const Param& p : n.params) {
+    if (p.local == local) continue;
+    bool declared = false;
+    for (const Param& k : kept) declared = declared || k.local == p.local;
+    if (!declared) return true;
+  }
+  return false;
 }
 
 inline Vec col(const LayerNode& n, const std::string& local) {

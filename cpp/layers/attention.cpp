@@ -17,14 +17,14 @@ namespace {
 // pair i (features i and i + r/2, or 2i and 2i + 1 interleaved) by t * base^(-2i/r); the rest
 // pass unchanged (partial RoPE, as GPT-NeoX).
 template <class S>
-void apply_rope(MatT<S>& z, int batch, int tokens, const Op& op) {
-  const int d = static_cast<int>(z.cols()) / op.heads, r = op.rotary_dim, half = r / 2;
+void apply_rope(MatT<S>& z, int batch, int tokens, const Op& op, int heads) {
+  const int d = op.in / op.heads, r = op.rotary_dim, half = r / 2;
   Mat c, s;
   rope_tables(tokens, r, c, s, op.rope_base);
   const int first_step = op.rope_interleaved ? 2 : 1, second = op.rope_interleaved ? 1 : half;
   for (int b = 0; b < batch; ++b)
     for (int t = 0; t < tokens; ++t)
-      for (int h = 0; h < op.heads; ++h)
+      for (int h = 0; h < heads; ++h)
         for (int i = 0; i < half; ++i) {
           S& a = z(b * tokens + t, h * d + first_step * i);
           S& e = z(b * tokens + t, h * d + first_step * i + second);
@@ -37,13 +37,16 @@ void apply_rope(MatT<S>& z, int batch, int tokens, const Op& op) {
 
 }  // namespace
 
-void rope_rotate(Mat& z, int batch, int tokens, const Op& op) { apply_rope<double>(z, batch, tokens, op); }
+void rope_rotate(Mat& z, int batch, int tokens, const Op& op, int heads) {
+  apply_rope<double>(z, batch, tokens, op, heads);
+}
 
 void rope_rotate(Mat& z, int batch, int tokens, int heads) {
   Op op;
-  op.heads = heads;
-  op.rotary_dim = static_cast<int>(z.cols()) / heads;
-  rope_rotate(z, batch, tokens, op);
+  op.heads = op.kv_heads = heads;
+  op.in = static_cast<int>(z.cols());
+  op.rotary_dim = op.in / heads;
+  rope_rotate(z, batch, tokens, op, heads);
 }
 
 void rope_tables(int tokens, int rotary_dim, Mat& cos_t, Mat& sin_t, double base) {
@@ -59,12 +62,20 @@ void rope_tables(int tokens, int rotary_dim, Mat& cos_t, Mat& sin_t, double base
   }
 }
 
+Mat repeat_kv_matrix(int heads, int kv_heads, int head_dim) {
+  const int group = heads / kv_heads;
+  Mat r = Mat::Zero(Eigen::Index(heads) * head_dim, Eigen::Index(kv_heads) * head_dim);
+  for (int h = 0; h < heads; ++h)
+    r.block(Eigen::Index(h) * head_dim, Eigen::Index(h / group) * head_dim, head_dim, head_dim).setIdentity();
+  return r;
+}
+
 template <class S>
 MatT<S> attention_core(const Model& m, const Op& op, const Weights<S>& w, const MatT<S>& xq,
                        const MatT<S>& xkv, int batch, AttentionCache* cache, Override<S> ov,
                        const std::vector<MatT<S>>* pre, std::vector<MatT<S>>* products) {
   auto opt = [&](int i) { return i >= 0 ? &param(w, ov, i) : nullptr; };
-  const int F = op.in, H = op.heads, d = F / H;
+  const int F = op.in, H = op.heads, d = F / H, group = H / op.kv_heads;
   const int Tq = static_cast<int>(xq.rows()) / batch, Tk = static_cast<int>(xkv.rows()) / batch;
   if (products) products->assign(3, MatT<S>());
   auto pre_i = [&](int i) { return pre ? &(*pre)[i] : nullptr; };
@@ -73,20 +84,27 @@ MatT<S> attention_core(const Model& m, const Op& op, const Weights<S>& w, const 
   MatT<S> k = linear<S>(xkv, param(w, ov, op.wk), opt(op.bk), pre_i(1), out_i(1));
   MatT<S> v = linear<S>(xkv, param(w, ov, op.wv), opt(op.bv), pre_i(2), out_i(2));
   if (op.rope) {
-    apply_rope(q, batch, Tq, op);
-    apply_rope(k, batch, Tk, op);
+    apply_rope(q, batch, Tq, op, op.heads);
+    apply_rope(k, batch, Tk, op, op.kv_heads);
   }
   const S scale = S(1) / std::sqrt(S(d));
   MatT<S> ctx(xq.rows(), F);
   MatT<S> scores(Tq, Tk);
   if (cache) cache->probs.assign(static_cast<size_t>(batch) * H, Mat());
+  if (cache) cache->sink.assign(op.sinks >= 0 ? static_cast<size_t>(batch) * H : 0, Vec());
+  const MatT<S>* sinks = op.sinks >= 0 ? &param(w, ov, op.sinks) : nullptr;
   for (int b = 0; b < batch; ++b)
     for (int h = 0; h < H; ++h) {
       auto qb = q.block(b * Tq, h * d, Tq, d);
-      auto kb = k.block(b * Tk, h * d, Tk, d);
+      const int g = h / group;  // the kv head this query head reads (HF repeat_kv)
+      auto kb = k.block(b * Tk, g * d, Tk, d);
       scores.noalias() = (qb * kb.transpose()) * scale;
-      softmax_rows<S>(scores, op.causal);  // causal: query i sees keys j <= i
-      ctx.block(b * Tq, h * d, Tq, d).noalias() = scores * v.block(b * Tk, h * d, Tk, d);
+      // causal: query i sees keys j <= i; a sink logit joins every row
+      if (sinks)
+        softmax_rows<S>(scores, op.causal, (*sinks)(h, 0), cache ? &cache->sink[b * H + h] : nullptr);
+      else
+        softmax_rows<S>(scores, op.causal);
+      ctx.block(b * Tq, h * d, Tq, d).noalias() = scores * v.block(b * Tk, g * d, Tk, d);
       if (cache) cache->probs[b * H + h] = scores.template cast<double>();
     }
   if (cache) {
@@ -115,12 +133,13 @@ namespace {
 // Same formulas as the general path, fewer operations; the exact zeros are the same.
 Mat attention_jvp_broadcast(const Op& op, const AttentionCache& c, const std::optional<Tangent>& tq,
                             const std::optional<Tangent>& tk, const std::optional<Tangent>& tv, int n, int B, int T) {
-  const int F = op.in, H = op.heads, d = F / H;
+  const int F = op.in, H = op.heads, d = F / H, group = H / op.kv_heads;
   const Eigen::Index N = Eigen::Index(B) * T;
   const double scale = 1.0 / std::sqrt(static_cast<double>(d));
   Mat out = Mat::Zero(Eigen::Index(n) * N, F);
-  auto nonzero = [&](const std::optional<Tangent>& t, int a, int h) {
-    return t && !(t->v.block(a, h * d, 1, d).array() == 0).all();
+  // Column block of head h in a tangent of q (width F) or of k, v (width kv_heads * d).
+  auto nonzero = [&](const std::optional<Tangent>& t, int a, int col) {
+    return t && !(t->v.block(a, col * d, 1, d).array() == 0).all();
   };
   Mat U(n, T), W(n, T), dpall(Eigen::Index(n) * T, T), dc;
   std::vector<int> slot(n);  // direction -> its rows in dpall (-1: dS is exactly zero)
@@ -128,18 +147,19 @@ Mat attention_jvp_broadcast(const Op& op, const AttentionCache& c, const std::op
   for (int b = 0; b < B; ++b)
     for (int h = 0; h < H; ++h) {
       const Mat& P = c.probs[b * H + h];
-      const auto K = c.k.block(b * T, h * d, T, d), Q = c.q.block(b * T, h * d, T, d), V = c.v.block(b * T, h * d, T, d);
+      const int g = h / group;
+      const auto K = c.k.block(b * T, g * d, T, d), Q = c.q.block(b * T, h * d, T, d), V = c.v.block(b * T, g * d, T, d);
       // Directions whose dS is not exactly zero in this head share one product (a bias
       // direction of q or k typically reaches a single head).
       int used = 0;
       for (int a = 0; a < n; ++a) {
-        slot[a] = nonzero(tq, a, h) || nonzero(tk, a, h) ? used++ : -1;
-        has_v[a] = nonzero(tv, a, h);
+        slot[a] = nonzero(tq, a, h) || nonzero(tk, a, g) ? used++ : -1;
+        has_v[a] = nonzero(tv, a, g);
       }
       if (used > 0) {
         if (tq) U.noalias() = tq->v.middleCols(h * d, d) * K.transpose();  // U(a, j) = k_j . dq_a
         else U.setZero();
-        if (tk) W.noalias() = tk->v.middleCols(h * d, d) * Q.transpose();  // W(a, i) = q_i . dk_a
+        if (tk) W.noalias() = tk->v.middleCols(g * d, d) * Q.transpose();  // W(a, i) = q_i . dk_a
         else W.setZero();
         for (int a = 0; a < n; ++a) {
           if (slot[a] < 0) continue;
@@ -163,7 +183,7 @@ Mat attention_jvp_broadcast(const Op& op, const AttentionCache& c, const std::op
         if (slot[a] < 0 && !has_v[a]) continue;
         auto ob = out.block(Eigen::Index(a) * N + Eigen::Index(b) * T, h * d, T, d);
         if (slot[a] >= 0) ob = dc.middleRows(Eigen::Index(slot[a]) * T, T);
-        if (has_v[a]) ob.noalias() += psum * tv->v.block(a, h * d, 1, d);
+        if (has_v[a]) ob.noalias() += psum * tv->v.block(a, g * d, 1, d);
       }
     }
   return out;
@@ -177,7 +197,7 @@ Mat attention_jvp_broadcast(const Op& op, const AttentionCache& c, const std::op
 
 Mat attention_jvp(const Model& m, const Op& op, const Mat& x, const AttentionCache& c,
                   const Tangent* dx, const Seed& seed, int n) {
-  const int N = static_cast<int>(x.rows()), F = op.in, H = op.heads, d = F / H;
+  const int N = static_cast<int>(x.rows()), F = op.in, H = op.heads, d = F / H, group = H / op.kv_heads;
   const int B = m.batch, T = N / B;
   // Projections of the input tangent plus any seed; nullopt when exactly zero (not allocated).
   auto project = [&](int w, int b) -> std::optional<Tangent> {
@@ -193,7 +213,9 @@ Mat attention_jvp(const Model& m, const Op& op, const Mat& x, const AttentionCac
     return out;
   };
   std::optional<Tangent> tq = project(op.wq, op.bq), tk = project(op.wk, op.bk), tv = project(op.wv, op.bv);
-  const bool all_broadcast = !op.rope && (!tq || tq->broadcast) && (!tk || tk->broadcast) && (!tv || tv->broadcast);
+  const bool sink_seeded = op.sinks >= 0 && seed.param == op.sinks;
+  const bool all_broadcast = !op.rope && !sink_seeded && (!tq || tq->broadcast) && (!tk || tk->broadcast) &&
+                             (!tv || tv->broadcast);
   if (all_broadcast) return attention_jvp_broadcast(op, c, tq, tk, tv, n, B, T);
   auto dense = [&](std::optional<Tangent>& t) -> std::optional<Mat> {
     if (!t) return std::nullopt;
@@ -201,34 +223,44 @@ Mat attention_jvp(const Model& m, const Op& op, const Mat& x, const AttentionCac
   };
   std::optional<Mat> dq = dense(tq), dk = dense(tk), dv = dense(tv);
   if (op.rope) {
-    if (dq) rope_rotate(*dq, n * B, T, op);
-    if (dk) rope_rotate(*dk, n * B, T, op);
+    if (dq) rope_rotate(*dq, n * B, T, op, op.heads);
+    if (dk) rope_rotate(*dk, n * B, T, op, op.kv_heads);
   }
   const double scale = 1.0 / std::sqrt(static_cast<double>(d));
   Mat out = Mat::Zero(Eigen::Index(n) * N, F);
   Mat ds(T, T), dp(T, T);
-  auto zero_block = [&](const std::optional<Mat>& z, Eigen::Index row, int h) {
-    return !z || (z->block(row, h * d, T, d).array() == 0).all();
+  auto zero_block = [&](const std::optional<Mat>& z, Eigen::Index row, int col) {
+    return !z || (z->block(row, col * d, T, d).array() == 0).all();
   };
   for (int a = 0; a < n; ++a)
     for (int b = 0; b < B; ++b) {
       const Eigen::Index row = Eigen::Index(a) * N + Eigen::Index(b) * T;
       for (int h = 0; h < H; ++h) {
-        const bool q0 = zero_block(dq, row, h), k0 = zero_block(dk, row, h), v0 = zero_block(dv, row, h);
-        if (q0 && k0 && v0) continue;
+        const int g = h / group;
+        const bool q0 = zero_block(dq, row, h), k0 = zero_block(dk, row, g), v0 = zero_block(dv, row, g);
+        if (q0 && k0 && v0 && !sink_seeded) continue;
         const Mat& P = c.probs[b * H + h];
         auto ob = out.block(row, h * d, T, d);
         if (!q0 || !k0) {
           ds.setZero();
-          if (!q0) ds.noalias() += dq->block(row, h * d, T, d) * c.k.block(b * T, h * d, T, d).transpose();
-          if (!k0) ds.noalias() += c.q.block(b * T, h * d, T, d) * dk->block(row, h * d, T, d).transpose();
+          if (!q0) ds.noalias() += dq->block(row, h * d, T, d) * c.k.block(b * T, g * d, T, d).transpose();
+          if (!k0) ds.noalias() += c.q.block(b * T, h * d, T, d) * dk->block(row, g * d, T, d).transpose();
           ds *= scale;
           dp = P.cwiseProduct(ds);
           const Vec rows = dp.rowwise().sum();
           dp -= P.cwiseProduct(rows.replicate(1, T));
-          ob.noalias() += dp * c.v.block(b * T, h * d, T, d);
+          ob.noalias() += dp * c.v.block(b * T, g * d, T, d);
         }
-        if (!v0) ob.noalias() += P * dv->block(row, h * d, T, d);
+        if (!v0) ob.noalias() += P * dv->block(row, g * d, T, d);
+        if (sink_seeded) {
+          // A sink logit moved by ds: dP_ij = -P_ij s_i ds, with s_i row i's weight on the sink
+          // (the seed may differ per query row when dense).
+          const Vec& s = c.sink[b * H + h];
+          Vec coef(T);
+          for (int i = 0; i < T; ++i)
+            coef(i) = -s(i) * (seed.broadcast ? seed.values(a, h) : seed.values(row + i, h));
+          ob.noalias() += coef.asDiagonal() * (P * c.v.block(b * T, g * d, T, d));
+        }
       }
     }
   return out;
@@ -247,12 +279,21 @@ constexpr LayerOption kOptions[] = {
     {integer("num_heads", 4, 1, Limits::max_num_heads, "heads",
              "Number of attention heads; must divide the width."),
      &LayerConfig::num_heads},
+    {integer("num_kv_heads", 0, 1, Limits::max_num_heads, "heads",
+             "Key/value heads (grouped-query attention; 1: multi-query); must divide num_heads. Query "
+             "head h reads key/value head h / (num_heads / num_kv_heads), as Hugging Face's repeat_kv.",
+             "num_heads"),
+     &LayerConfig::num_kv_heads},
     {flag("q_bias", true, "Adds a bias to the query projection."), &LayerConfig::q_bias},
     {flag("k_bias", true, "Adds a bias to the key projection."), &LayerConfig::k_bias},
     {flag("v_bias", true, "Adds a bias to the value projection."), &LayerConfig::v_bias},
     {flag("o_bias", true, "Adds a bias to the output projection."), &LayerConfig::o_bias},
     {flag("causal", false, "Lets each token attend only to itself and earlier tokens."),
      &LayerConfig::causal},
+    {flag("sinks", false,
+          "Adds one learned logit per head to every softmax row (attention sinks, as gpt-oss): each row's "
+          "weights over the tokens then sum to less than 1."),
+     &LayerConfig::sinks},
     {flag("rope", false, "Rotates queries and keys by position (RoPE); needs an even head dimension."),
      &LayerConfig::rope},
     {needs(integer("rotary_dim", 0, 2, Limits::max_features, "dimensions",
@@ -276,6 +317,9 @@ std::optional<Error> check(const LayerConfig& c, int in, const std::string& path
   if (in % c.num_heads != 0)
     return Error{path + ".num_heads", std::to_string(c.num_heads) + " does not divide features " + std::to_string(in)};
   const int head_dim = in / c.num_heads;
+  if (c.num_kv_heads != 0 && c.num_heads % c.num_kv_heads != 0)
+    return Error{path + ".num_kv_heads", std::to_string(c.num_kv_heads) + " does not divide num_heads " +
+                                             std::to_string(c.num_heads)};
   if (!c.rope) return std::nullopt;  // the RoPE options need rope (Spec::needs_flag, checked by the parser)
   if (c.rotary_dim != 0) {
     if (c.rotary_dim % 2 != 0 || c.rotary_dim > head_dim)
@@ -291,13 +335,21 @@ std::optional<Error> check(const LayerConfig& c, int in, const std::string& path
   return std::nullopt;
 }
 
-// q_proj, k_proj, v_proj, o_proj: weight (F, F) and bias (F, 1), as torch.nn.Linear.
+int kv_heads(const LayerConfig& c) { return c.num_kv_heads > 0 ? c.num_kv_heads : c.num_heads; }
+
+// q_proj, k_proj, v_proj, o_proj: weight (out, in) and bias (out, 1), as torch.nn.Linear; k and v
+// are kv_heads * head_dim wide.
 void params(const LayerConfig& c, int in, int, std::vector<ParamSpec>& ps) {
   const bool on[] = {c.q_bias, c.k_bias, c.v_bias, c.o_bias};
   const char* names[] = {"q_proj.", "k_proj.", "v_proj.", "o_proj."};
+  const int kv = kv_heads(c) * (in / c.num_heads);
+  const int rows[] = {in, kv, kv, in}, cols[] = {in, in, in, in};
+  // gpt-oss's `sinks`: one logit per head, bias-like (a learned additive term of the softmax). First,
+  // as in its state dict (a module's own parameters before its submodules').
+  if (c.sinks) ps.push_back({"sinks", ParamRole::bias, c.num_heads, 1, Init::shift, in});
   for (int i = 0; i < 4; ++i) {
-    ps.push_back({std::string(names[i]) + "weight", ParamRole::weight, in, in, Init::fan_in, in});
-    if (on[i]) ps.push_back({std::string(names[i]) + "bias", ParamRole::bias, in, 1, Init::fan_in, in});
+    ps.push_back({std::string(names[i]) + "weight", ParamRole::weight, rows[i], cols[i], Init::fan_in, cols[i]});
+    if (on[i]) ps.push_back({std::string(names[i]) + "bias", ParamRole::bias, rows[i], 1, Init::fan_in, cols[i]});
   }
 }
 
@@ -305,11 +357,13 @@ void compile(CompileContext& ctx) {
   Op op = ctx.op(OpKind::attention);
   const int at = ctx.next();
   op.heads = ctx.cfg().num_heads;
+  op.kv_heads = kv_heads(ctx.cfg());
   op.causal = ctx.cfg().causal;
   op.rope = ctx.cfg().rope;
   op.rotary_dim = ctx.cfg().rotary_dim > 0 ? ctx.cfg().rotary_dim : ctx.node().in_width / op.heads;
   op.rope_interleaved = ctx.cfg().rope_style == RopeStyle::interleaved;
   op.rope_base = ctx.cfg().rope_base;
+  op.sinks = ctx.param("sinks", at);
   op.wq = ctx.param("q_proj.weight", at);
   op.bq = ctx.param("q_proj.bias", at);
   op.wk = ctx.param("k_proj.weight", at);
@@ -329,6 +383,16 @@ std::string explain(const Op&, int) { return "feeds the projections of an attent
 
 // The q, k and v biases enter inside the layer: what the scores and softmax do to them.
 std::string explain_own(const Op& op, const std::string& local, int k, int n) {
+  if (local == "sinks")
+    return std::string("a head's sink logit sets how much of each row's weight goes to no token: it scales the "
+                       "head's output by a factor that differs per row") +
+           (k > 0 ? "; what follows cancels part of that" : "");
+  if (local == "k_proj.bias" && op.sinks >= 0 && k == 0)
+    return "adds q_i . b_K to every score of row i but not to the sink logit: the shift moves weight between "
+           "the tokens and the sink, so softmax does not cancel it";
+  if (local == "v_proj.bias" && op.sinks >= 0)
+    return "with sinks the weights of row i over the tokens sum to 1 - p_sink(i) < 1, so token i gains "
+           "(1 - p_sink(i)) W_O b_V, which varies per token: it does not fold into the output bias";
   if (local == "k_proj.bias") {
     const int head_dim = op.in / op.heads;
     if (op.rope && k > 0 && k < n && op.rotary_dim < head_dim)
@@ -337,12 +401,15 @@ std::string explain_own(const Op& op, const std::string& local, int k, int n) {
              "whole score row (softmax cancels it), on the rotated ones it varies along the row";
     if (op.rope && k < n)
       return "RoPE rotates the key bias by each key's position, so q_i . R_j b_K varies along the row";
-    return std::string("adds q_i . b_K to every score of row i; softmax is shift invariant") +
-           (op.causal ? " (masked scores stay masked)" : "");
+    return std::string("adds q_i . b_K to every score of row i") +
+           (op.kv_heads < op.heads ? " (in each query head its group's key bias)" : "") +
+           "; softmax is shift invariant" + (op.causal ? " (masked scores stay masked)" : "");
   }
   if (local == "q_proj.bias") return "adds b_Q . k_j to the scores, which varies with the key j";
   if (local == "v_proj.bias") {
-    std::string s = "softmax rows sum to 1, so every token gains W_O b_V: it folds into the output bias";
+    std::string s = op.kv_heads < op.heads
+                        ? "softmax rows sum to 1, so every token gains W_O repeat_kv(b_V): it folds into the output bias"
+                        : "softmax rows sum to 1, so every token gains W_O b_V: it folds into the output bias";
     if (k > 0) s += "; what follows cancels the part of W_O b_V it cannot see";
     return s;
   }
@@ -359,19 +426,22 @@ std::string torch(const LayerNode& n, TorchNeeds& needs) {
   needs.add("attention");
   const LayerConfig& c = n.cfg;
   return "Attention(" + std::to_string(n.in_width) + ", num_heads=" + std::to_string(c.num_heads) +
-         ", q_bias=" + py_bool(c.q_bias) + ", k_bias=" + py_bool(c.k_bias) + ", v_bias=" + py_bool(c.v_bias) +
+         (c.num_kv_heads ? ", num_kv_heads=" + std::to_string(c.num_kv_heads) : "") + ", q_bias=" + py_bool(c.q_bias) + ", k_bias=" + py_bool(c.k_bias) + ", v_bias=" + py_bool(c.v_bias) +
          ", o_bias=" + py_bool(c.o_bias) + ", causal=" + py_bool(c.causal) + ", rope=" + py_bool(c.rope) +
          (c.rotary_dim ? ", rotary_dim=" + std::to_string(c.rotary_dim) : "") +
          (c.rope_style == RopeStyle::interleaved ? ", rope_style=\"interleaved\"" : "") +
-         (c.rope_base != 10000.0 ? ", rope_base=" + py_float(c.rope_base) : "") + ")";
+         (c.rope_base != 10000.0 ? ", rope_base=" + py_float(c.rope_base) : "") + (c.sinks ? ", sinks=True" : "") + ")";
 }
 
 }  // namespace
 
 extern const LayerKind attention{LayerType::attention, "attention",
                                  "Multi-head self-attention with query, key, value and output projections.",
-                                 kOptions, check, nullptr, params, compile, explain, torch,
+                                 kOptions, check, nullptr, params, compile, explain,
                                  /*has_body=*/false, nullptr, &kFolds, explain_own};
+
+// How the PyTorch script builds it (export/torch_kinds.cpp; only the export module links it).
+extern const TorchWriter attention_torch = torch;
 
 }  // namespace kinds
 

@@ -20,10 +20,11 @@ MatT<S> attention_core(const Model& m, const Op& op, const Weights<S>& w, const 
                        Override<S> ov = {}, const std::vector<MatT<S>>* pre = nullptr,
                        std::vector<MatT<S>>* products = nullptr);
 
-// In-place RoPE of op `op` on (batch*tokens, F) rows (also used on tangents: the rotation is
-// linear): in each head the first op.rotary_dim dimensions rotate, in pairs (i, i + r/2) or, with
-// rope_interleaved, (2i, 2i + 1); the others pass.
-void rope_rotate(Mat& z, int batch, int tokens, const Op& op);
+// In-place RoPE of op `op` on (batch*tokens, heads*d) rows, queries (heads = op.heads) or keys
+// (op.kv_heads); also used on tangents, since the rotation is linear. In each head the first
+// op.rotary_dim dimensions rotate, in pairs (i, i + r/2) or, with rope_interleaved, (2i, 2i + 1);
+// the others pass.
+void rope_rotate(Mat& z, int batch, int tokens, const Op& op, int heads);
 // The same with every dimension rotating in (i, i + d/2) pairs, base 10000.
 void rope_rotate(Mat& z, int batch, int tokens, int heads);
 
@@ -37,9 +38,13 @@ void rope_tables(int tokens, int rotary_dim, Mat& cos_t, Mat& sin_t, double base
 Mat attention_jvp(const Model& m, const Op& op, const Mat& x, const AttentionCache& c,
                   const jvp_detail::Tangent* dx, const Seed& seed, int n);
 
-// Whether `param` is one of the q/k/v biases that enter inside the op.
+// The (heads*d, kv_heads*d) 0/1 matrix that copies each key/value head to the query heads of its
+// group (HF repeat_kv): the identity without grouping.
+Mat repeat_kv_matrix(int heads, int kv_heads, int head_dim);
+
+// Whether `param` is one of the q/k/v biases or the sinks, which enter inside the op.
 inline bool attention_takes_seed(const Op& op, int param) {
-  return param >= 0 && (param == op.bq || param == op.bk || param == op.bv);
+  return param >= 0 && (param == op.bq || param == op.bk || param == op.bv || param == op.sinks);
 }
 
 }  // namespace biaslab

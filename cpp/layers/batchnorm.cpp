@@ -48,7 +48,10 @@ constexpr FoldTraits kFolds{{}, nullptr, "bias", nullptr, cancels_shift, nullptr
 
 extern const LayerKind batchnorm{LayerType::batchnorm, "batchnorm",
                                  "Normalises each feature over batch and tokens (torch.nn.BatchNorm1d).",
-                                 kOptions, nullptr, nullptr, params, compile, explain, torch,
+                                 kOptions, nullptr, nullptr, params, compile, explain,
                                  /*has_body=*/false, nullptr, &kFolds};
+
+// How the PyTorch script builds it (export/torch_kinds.cpp; only the export module links it).
+extern const TorchWriter batchnorm_torch = torch;
 
 }  // namespace biaslab::kinds

@@ -52,7 +52,12 @@ std::string torch(const LayerNode& n, TorchNeeds&) {
 
 }  // namespace
 
+const Activation& gelu_activation(bool tanh) { return tanh ? kGeluTanh : kGeluErf; }
+
 extern const LayerKind gelu{LayerType::gelu, "gelu", "Gaussian error linear unit (torch.nn.GELU).",
-                            kOptions, nullptr, nullptr, nullptr, compile, explain_nonlinearity, torch};
+                            kOptions, nullptr, nullptr, nullptr, compile, explain_nonlinearity};
+
+// How the PyTorch script builds it (export/torch_kinds.cpp; only the export module links it).
+extern const TorchWriter gelu_torch = torch;
 
 }  // namespace biaslab::kinds

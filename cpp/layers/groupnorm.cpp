@@ -46,7 +46,10 @@ constexpr FoldTraits kFolds{{}, nullptr, "bias", nullptr, nullptr, groups};
 
 extern const LayerKind groupnorm{LayerType::groupnorm, "groupnorm",
                                  "Normalises groups of features together (torch.nn.GroupNorm).",
-                                 kOptions, check, nullptr, params, compile, explain, torch,
+                                 kOptions, check, nullptr, params, compile, explain,
                                  /*has_body=*/false, nullptr, &kFolds};
+
+// How the PyTorch script builds it (export/torch_kinds.cpp; only the export module links it).
+extern const TorchWriter groupnorm_torch = torch;
 
 }  // namespace biaslab::kinds

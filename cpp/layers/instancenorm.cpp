@@ -34,7 +34,10 @@ constexpr FoldTraits kFolds{{}, nullptr, "bias", nullptr, cancels_shift, nullptr
 
 extern const LayerKind instancenorm{LayerType::instancenorm, "instancenorm",
                                     "Normalises each feature over the tokens of one sequence (torch.nn.InstanceNorm1d).",
-                                    kOptions, nullptr, nullptr, params, compile, explain, torch,
+                                    kOptions, nullptr, nullptr, params, compile, explain,
                                  /*has_body=*/false, nullptr, &kFolds};
+
+// How the PyTorch script builds it (export/torch_kinds.cpp; only the export module links it).
+extern const TorchWriter instancenorm_torch = torch;
 
 }  // namespace biaslab::kinds

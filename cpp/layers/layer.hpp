@@ -4,10 +4,11 @@
 // in cpp/layers/kinds.def (which also makes the LayerType enumerator). Everything outside
 // cpp/layers iterates the registry: the schema, parsing, printing and validation
 // (model/config.cpp), parameters and compiling to ops (model/network.cpp), the sentence that
-// explains a bias (analysis), and the PyTorch script (export/torch_export.cpp). A kind compiles
-// to ops of a small fixed vocabulary (OpKind: linear, norm, activation, softmax, attention,
-// residual markers) whose forward and JVP live beside the kinds that use them (norm.cpp,
-// attention.cpp, softmax.cpp, activation.hpp); an activation brings its own function and
+// explains a bias (analysis), and the PyTorch script (export/torch_export.cpp, through the
+// writers table export/torch_kinds.cpp). A kind compiles to ops of a small fixed vocabulary
+// (OpKind: linear, norm, activation, softmax, attention, glu, residual markers) whose forward and
+// JVP live beside the kinds that use them (norm.cpp, attention.cpp, glu.cpp, softmax.cpp,
+// ops.hpp); an activation brings its own function and
 // derivative (Activation), so a new one needs no change to the drivers.
 #pragma once
 
@@ -117,6 +118,14 @@ struct FoldTraits {
   int (*cancels_mean_groups)(const LayerConfig& c) = nullptr;
 };
 
+// The torch.nn expression that builds a layer (node.in_width: its input width); notes the Python
+// sections it uses. Each kind file defines `kinds::<name>_torch` beside its LayerKind; the table
+// of them is export/torch_kinds.cpp, so only the export module links these writers and the page's
+// first-load engine does not carry them. Null for layers with a body, which the exporter writes
+// around their body.
+using TorchWriter = std::string (*)(const LayerNode& node, TorchNeeds& needs);
+TorchWriter torch_writer(LayerType t);
+
 struct LayerKind {
   LayerType type;
   const char* name;  // the config's "type"
@@ -134,9 +143,6 @@ struct LayerKind {
   // What happens to a bias whose tangent reaches op `at` of this layer (k: its redundant
   // dimension), said in a few words; the analysis prefixes how it got there.
   std::string (*explain_incoming)(const Op& at, int k) = nullptr;
-  // The torch.nn expression that builds the layer (in_width: its input width); notes the Python
-  // sections it uses. Layers with a body are written by the exporter around their body.
-  std::string (*torch)(const LayerNode& node, TorchNeeds& needs) = nullptr;
   // Whether the kind holds a body of layers (residual): x + body(x) keeps the width.
   bool has_body = false;
   // Brings the config in line with the parameters after a fold changed them (a Linear's
@@ -148,6 +154,10 @@ struct LayerKind {
   // inside the layer, where what follows cannot explain it (attention's q, k, v biases); "" to
   // let the analysis say what the following layers do to it. Null: always "".
   std::string (*explain_own)(const Op& op, const std::string& local, int k, int n) = nullptr;
+  // The widest activation inside the layer (glu's hidden), checked against the activation limit
+  // at `path`.<inner_option>. Null: no wider one than its input and output.
+  int (*inner_width)(const LayerConfig& c, int in) = nullptr;
+  const char* inner_option = nullptr;
 };
 
 // A kind's fold traits, or empty ones.
@@ -158,6 +168,12 @@ const LayerKind& layer_kind(LayerType t);
 Items<const LayerKind*> layer_kinds();
 // nullptr when no kind has that name.
 const LayerKind* find_layer_kind(const std::string& name);
+
+// Activations other kinds reuse (glu): silu.cpp's, and gelu.cpp's exact or tanh form.
+namespace kinds {
+const Activation& silu_activation();
+const Activation& gelu_activation(bool tanh);
+}  // namespace kinds
 
 // Shared by the activation kinds: one activation op, and what a nonlinearity does to a bias.
 void compile_activation(CompileContext& ctx, const Activation& act);

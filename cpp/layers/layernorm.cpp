@@ -43,7 +43,10 @@ constexpr FoldTraits kFolds{{}, nullptr, "bias", &LayerConfig::bias, nullptr, on
 
 extern const LayerKind layernorm{LayerType::layernorm, "layernorm",
                                  "Normalises each token over its features (torch.nn.LayerNorm).",
-                                 kOptions, nullptr, nullptr, params, compile, explain, torch,
+                                 kOptions, nullptr, nullptr, params, compile, explain,
                                  /*has_body=*/false, nullptr, &kFolds};
+
+// How the PyTorch script builds it (export/torch_kinds.cpp; only the export module links it).
+extern const TorchWriter layernorm_torch = torch;
 
 }  // namespace biaslab::kinds

@@ -45,7 +45,10 @@ std::string torch(const LayerNode& n, TorchNeeds&) {
 
 extern const LayerKind linear{LayerType::linear, "linear",
                               "Affine map x W^T + b over the features (torch.nn.Linear).",
-                              kOptions, nullptr, out_width, params, compile, nullptr, torch,
+                              kOptions, nullptr, out_width, params, compile, nullptr,
                               /*has_body=*/false, sync, &kFolds};
+
+// How the PyTorch script builds it (export/torch_kinds.cpp; only the export module links it).
+extern const TorchWriter linear_torch = torch;
 
 }  // namespace biaslab::kinds

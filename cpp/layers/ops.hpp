@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <limits>
 #include <type_traits>
 #include <vector>
 
@@ -39,6 +40,7 @@ const MatT<S>& param(const Weights<S>& w, Override<S> ov, int i) {
 struct AttentionCache {
   Mat q, k, v;             // (N, F), after bias and RoPE
   std::vector<Mat> probs;  // [b * H + h]: (T, T) softmax rows
+  std::vector<Vec> sink;   // with sinks, [b * H + h]: (T) each row's weight on its head's sink
 };
 
 // y = x W^T + b. x: (N, in), W: (out, in), b: (out, 1) or absent. `pre`: x W^T already
@@ -53,16 +55,23 @@ MatT<S> linear(const MatT<S>& x, const MatT<S>& W, const MatT<S>* b, const MatT<
 }
 
 // Row-wise softmax in place, max-subtracted. With `causal`, row i keeps only columns j <= i
-// (the others are masked and get exactly 0). Plain loops: a row's result depends on its values
-// only, never on its position in memory (token permutations stay bit-exact).
+// (the others are masked and get exactly 0). A finite `sink` is one more logit in every row that
+// takes part in the normalisation and is then dropped (attention sinks: Hugging Face gpt-oss
+// concatenates it after the mask and removes it after the softmax); `share` receives each row's
+// weight on it. Without a sink (-infinity) it adds exp(-inf) = 0: the same results bit for bit.
+// Plain loops: a row's result depends on its values only, never on its position in memory (token
+// permutations stay bit-exact).
 template <class S, class Rows>
-void softmax_rows(Rows&& z, bool causal = false) {
+void softmax_rows(Rows&& z, bool causal = false, S sink = -std::numeric_limits<S>::infinity(),
+                  Vec* share = nullptr) {
   const Eigen::Index cols = z.cols();
+  if (share) share->resize(z.rows());
   for (Eigen::Index i = 0; i < z.rows(); ++i) {
     const Eigen::Index len = causal ? std::min(i + 1, cols) : cols;
-    S mx = z(i, 0);
-    for (Eigen::Index j = 1; j < len; ++j) mx = std::max(mx, z(i, j));
-    S sum = 0;
+    S mx = sink;
+    for (Eigen::Index j = 0; j < len; ++j) mx = std::max(mx, z(i, j));
+    const S e_sink = std::exp(sink - mx);
+    S sum = e_sink;
     for (Eigen::Index j = 0; j < len; ++j) {
       const S e = std::exp(z(i, j) - mx);
       z(i, j) = e;
@@ -70,6 +79,7 @@ void softmax_rows(Rows&& z, bool causal = false) {
     }
     for (Eigen::Index j = 0; j < len; ++j) z(i, j) /= sum;
     for (Eigen::Index j = len; j < cols; ++j) z(i, j) = 0;
+    if (share) (*share)(i) = static_cast<double>(e_sink / sum);
   }
 }
 

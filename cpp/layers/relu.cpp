@@ -21,6 +21,9 @@ std::string torch(const LayerNode&, TorchNeeds&) { return "nn.ReLU()"; }
 }  // namespace
 
 extern const LayerKind relu{LayerType::relu, "relu", "Rectified linear unit, max(x, 0).",
-                            {}, nullptr, nullptr, nullptr, compile, explain_nonlinearity, torch};
+                            {}, nullptr, nullptr, nullptr, compile, explain_nonlinearity};
+
+// How the PyTorch script builds it (export/torch_kinds.cpp; only the export module links it).
+extern const TorchWriter relu_torch = torch;
 
 }  // namespace biaslab::kinds

@@ -26,7 +26,10 @@ std::string explain(const Op&, int) { return "feeds a residual block"; }
 
 extern const LayerKind residual{LayerType::residual, "residual",
                                 "Residual block computing x + body(x).",
-                                kOptions, nullptr, nullptr, nullptr, compile, explain, nullptr,
+                                kOptions, nullptr, nullptr, nullptr, compile, explain,
                                 /*has_body=*/true};
+
+// How the PyTorch script builds it (export/torch_kinds.cpp; only the export module links it).
+extern const TorchWriter residual_torch = nullptr;
 
 }  // namespace biaslab::kinds

@@ -30,6 +30,9 @@ std::string torch(const LayerNode& n, TorchNeeds& needs) {
 
 extern const LayerKind rmsnorm{LayerType::rmsnorm, "rmsnorm",
                                "Divides each token by the root mean square of its features (torch.nn.RMSNorm).",
-                               kOptions, nullptr, nullptr, params, compile, explain, torch};
+                               kOptions, nullptr, nullptr, params, compile, explain};
+
+// How the PyTorch script builds it (export/torch_kinds.cpp; only the export module links it).
+extern const TorchWriter rmsnorm_torch = torch;
 
 }  // namespace biaslab::kinds

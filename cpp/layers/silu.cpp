@@ -24,7 +24,12 @@ std::string torch(const LayerNode&, TorchNeeds&) { return "nn.SiLU()"; }
 
 }  // namespace
 
+const Activation& silu_activation() { return kSilu; }
+
 extern const LayerKind silu{LayerType::silu, "silu", "Sigmoid linear unit, x * sigmoid(x) (torch.nn.SiLU).",
-                            {}, nullptr, nullptr, nullptr, compile, explain_nonlinearity, torch};
+                            {}, nullptr, nullptr, nullptr, compile, explain_nonlinearity};
+
+// How the PyTorch script builds it (export/torch_kinds.cpp; only the export module links it).
+extern const TorchWriter silu_torch = torch;
 
 }  // namespace biaslab::kinds

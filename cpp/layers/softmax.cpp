@@ -47,8 +47,11 @@ constexpr FoldTraits kFolds{{}, nullptr, nullptr, nullptr, nullptr, one_group};
 }  // namespace
 
 extern const LayerKind softmax{LayerType::softmax, "softmax", "Softmax over the features of each token.",
-                               {}, nullptr, nullptr, nullptr, compile, explain, torch,
+                               {}, nullptr, nullptr, nullptr, compile, explain,
                                /*has_body=*/false, nullptr, &kFolds};
+
+// How the PyTorch script builds it (export/torch_kinds.cpp; only the export module links it).
+extern const TorchWriter softmax_torch = torch;
 
 }  // namespace kinds
 }  // namespace biaslab

@@ -24,6 +24,9 @@ std::string torch(const LayerNode&, TorchNeeds&) { return "nn.Tanh()"; }
 }  // namespace
 
 extern const LayerKind tanh{LayerType::tanh, "tanh", "Hyperbolic tangent (torch.nn.Tanh).",
-                            {}, nullptr, nullptr, nullptr, compile, explain_nonlinearity, torch};
+                            {}, nullptr, nullptr, nullptr, compile, explain_nonlinearity};
+
+// How the PyTorch script builds it (export/torch_kinds.cpp; only the export module links it).
+extern const TorchWriter tanh_torch = torch;
 
 }  // namespace biaslab::kinds

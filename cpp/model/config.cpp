@@ -290,6 +290,9 @@ Failure check_stack(const std::vector<LayerConfig>& layers, const std::string& p
       if (auto e = check_activations(w, out, lp + ".out_features", "out_features")) return e;
     if (kind.check)
       if (auto e = kind.check(l, in, lp)) return e;
+    if (kind.inner_width)
+      if (auto e = check_activations(w, kind.inner_width(l, in), lp + "." + kind.inner_option, kind.inner_option))
+        return e;
     // Parameters as the kind declares them (the network builds exactly these).
     declared.clear();
     if (kind.params) kind.params(l, in, out, declared);

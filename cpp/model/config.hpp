@@ -26,6 +26,7 @@ enum class DType { float32, float64 };
 enum class BatchNormMode { train, eval };
 enum class GeluApprox { none, tanh };
 enum class RopeStyle { half, interleaved };
+enum class GluActivation { silu, gelu, gelu_tanh };
 
 // Options of all layer types; only those the schema lists for `type` are meaningful. Defaults
 // depend on the type (PyTorch's: InstanceNorm1d has affine=False), so build layers with
@@ -44,13 +45,18 @@ struct LayerConfig {
   int num_groups = 4;
   // attention
   int num_heads = 4;
+  int num_kv_heads = 0;                    // 0: num_heads (grouped-query attention when fewer)
   bool q_bias = true, k_bias = true, v_bias = true, o_bias = true;
   bool causal = false, rope = false;
+  bool sinks = false;  // one learned logit per head in each softmax row (gpt-oss)
   int rotary_dim = 0;                      // 0: the whole head dimension
   RopeStyle rope_style = RopeStyle::half;
   double rope_base = 10000.0;
   // gelu
   GeluApprox approximate = GeluApprox::none;
+  // glu (and bias, shared by its three projections as Hugging Face's mlp_bias)
+  int hidden = 0;  // 0: 4 x the input width
+  GluActivation activation = GluActivation::silu;
   // residual: computes x + body(x)
   std::vector<LayerConfig> body;
 };

@@ -2,6 +2,7 @@
 // math lives with the layer kinds that use it (cpp/layers).
 #include "model/forward.hpp"
 
+#include "layers/glu.hpp"
 #include "layers/norm.hpp"
 
 #include <algorithm>
@@ -26,6 +27,8 @@ MatT<S> op_forward(const Model& m, const Op& op, const Weights<S>& w, const MatT
       return softmax_forward<S>(x);
     case OpKind::attention:
       return attention_core<S>(m, op, w, x, x, m.batch, cache, ov, pre, products);
+    case OpKind::glu:
+      return glu_forward<S>(op, w, ov, x, pre, products);
     case OpKind::residual_begin:
     case OpKind::residual_end:
       return x;
@@ -92,8 +95,8 @@ MatT<S> forward_from(const Model& m, const Weights<S>& w, const Recording<S>& re
     if (m.ops[i].kind == OpKind::residual_begin && m.ops[i].partner >= start) skips.push_back(rec.inputs[i]);
   // The start op's products before biases still hold unless a weight of it is replaced.
   const Op& op = m.ops[start];
-  const bool weight_replaced = ov.index >= 0 && (ov.index == op.w || ov.index == op.wq ||
-                                                 ov.index == op.wk || ov.index == op.wv);
+  const bool weight_replaced = ov.index >= 0 && (ov.index == op.w || ov.index == op.wq || ov.index == op.wk ||
+                                                 ov.index == op.wv || ov.index == op.wg || ov.index == op.wu);
   const std::vector<MatT<S>>* pre =
       !weight_replaced && !rec.products[start].empty() ? &rec.products[start] : nullptr;
   return run_ops<S>(m, w, rec.inputs[start], std::move(skips), start, ov, nullptr, nullptr, pre);

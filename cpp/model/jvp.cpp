@@ -2,6 +2,7 @@
 // Each op family's derivative lives with the layer kinds that use it (cpp/layers).
 #include "model/jvp.hpp"
 
+#include "layers/glu.hpp"
 #include "layers/norm.hpp"
 
 #include <cmath>
@@ -29,6 +30,7 @@ Mat op_jvp(const Model& m, const Op& op, const Mat& x, const Mat& dx, int n) {
     case OpKind::softmax:
       return softmax_jvp(x, dx, n);
     case OpKind::attention:
+    case OpKind::glu:
     case OpKind::residual_begin:
     case OpKind::residual_end:
       break;
@@ -70,6 +72,10 @@ Mat jvp(const Model& m, const Trace& trace, const Seed& seed, int n, int stop, b
       case OpKind::attention:
         if (d || attention_takes_seed(op, seed.param))
           d = Tangent{attention_jvp(m, op, x, trace.attention[i], d ? &*d : nullptr, seed, n), false};
+        break;
+      case OpKind::glu:
+        if (d || glu_takes_seed(op, seed.param))
+          d = Tangent{glu_jvp(m, op, x, d ? &*d : nullptr, seed, n), false};
         break;
       case OpKind::linear:  // token-independent: keeps broadcast form
         if (d) d->v = Mat(d->v * m.params[op.w].value.transpose());  // moved in, not copied

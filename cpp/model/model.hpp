@@ -88,7 +88,7 @@ std::vector<Param> declare_params(const LayerConfig& cfg, int in_width, int out_
 // Ops: the small vocabulary layer kinds compile to (cpp/layers/layer.hpp).
 struct LayerKind;
 struct Activation;
-enum class OpKind { linear, norm, activation, softmax, attention, residual_begin, residual_end };
+enum class OpKind { linear, norm, activation, softmax, attention, glu, residual_begin, residual_end };
 enum class NormKind { layer, rms, batch_train, batch_eval, group, instance };
 
 struct Op {
@@ -104,12 +104,15 @@ struct Op {
   double eps = 0;
   int groups = 1;
   int wq = -1, bq = -1, wk = -1, bk = -1, wv = -1, bv = -1;  // attention core
+  int sinks = -1;  // attention: the (heads, 1) sink logits, one per head in every softmax row
   int heads = 1;
+  int kv_heads = 1;  // key/value heads; query head h reads kv head h / (heads / kv_heads)
   bool causal = false, rope = false;
   int rotary_dim = 0;             // rope: the leading dimensions of each head that rotate (even)
   bool rope_interleaved = false;  // rope: pairs (2i, 2i+1) (GPT-J) instead of (i, i + r/2)
   double rope_base = 10000.0;     // rope: angle of pair i at position t is t * base^(-2i/r)
-  const Activation* act = nullptr;                       // activation: its function
+  int wg = -1, bg = -1, wu = -1, bu = -1;                // glu: gate and up projections
+  const Activation* act = nullptr;                       // activation, glu: the function
   int partner = -1;                                      // residual: index of the matching marker
 };
 

@@ -157,7 +157,9 @@ double forward_flops(const Model& m) {
   double f = 0;
   for (const Op& op : m.ops) {
     if (op.kind == OpKind::linear) f += 2 * N * op.in * op.out;
-    if (op.kind == OpKind::attention) f += 3 * 2 * N * op.in * op.in + 2 * 2 * N * T * op.in;
+    if (op.kind == OpKind::attention)  // q and k, v (kv_heads / heads as wide), then scores and context
+      f += 2 * N * op.in * op.in * (1 + 2.0 * op.kv_heads / op.heads) + 2 * 2 * N * T * op.in;
+    if (op.kind == OpKind::glu) f += 2 * 2 * N * op.in * op.out + 10 * N * op.out;  // gate, up; act and product
     if (op.kind == OpKind::norm || op.kind == OpKind::activation || op.kind == OpKind::softmax)
       f += 5 * N * op.in;
   }

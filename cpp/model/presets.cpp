@@ -116,6 +116,39 @@ const std::vector<Preset>& presets() {
    {"type": "linear"}, {"type": "rmsnorm"}, {"type": "gelu"},
    {"type": "linear"}, {"type": "batchnorm", "mode": "eval"}, {"type": "gelu"},
    {"type": "linear"}, {"type": "softmax"}]})"},
+      {"llama-block", "Llama 3 block (GQA, SwiGLU), width 64",
+       "A Llama 3 decoder block in Llama 3 8B's proportions (8 query heads sharing 2 key/value heads, a SwiGLU 3.5x as wide, RoPE base 500000) at width 64 instead of 4096. It has no biases at all; the two RMSNorm gains fold exactly into q/k/v_proj and gate_proj/up_proj.",
+       R"({"version": 1, "seed": 17, "dtype": "float64",
+ "shape": {"batch": 2, "tokens": 16, "features": 64},
+ "layers": [
+   {"type": "residual", "body": [
+      {"type": "rmsnorm"},
+      {"type": "attention", "num_heads": 8, "num_kv_heads": 2, "q_bias": false, "k_bias": false, "v_bias": false, "o_bias": false, "causal": true, "rope": true, "rope_base": 500000}]},
+   {"type": "residual", "body": [
+      {"type": "rmsnorm"},
+      {"type": "glu", "hidden": 224}]}]})"},
+      {"qwen2-block", "Qwen2 block (q/k/v biases under RoPE), width 112",
+       "A Qwen2 decoder block in Qwen2-0.5B's proportions (14 query heads over 2 key/value heads, SwiGLU, RoPE base 1000000) at width 112 instead of 896. Qwen2 keeps its q, k and v biases: under RoPE the key bias is no longer redundant, and the value bias folds only into an output bias Qwen2 does not have (its 16 numbers would become 112).",
+       R"({"version": 1, "seed": 13, "dtype": "float64",
+ "shape": {"batch": 2, "tokens": 16, "features": 112},
+ "layers": [
+   {"type": "residual", "body": [
+      {"type": "rmsnorm", "eps": 1e-06},
+      {"type": "attention", "num_heads": 14, "num_kv_heads": 2, "o_bias": false, "causal": true, "rope": true, "rope_base": 1000000}]},
+   {"type": "residual", "body": [
+      {"type": "rmsnorm", "eps": 1e-06},
+      {"type": "glu", "hidden": 608}]}]})"},
+      {"gpt-oss-block", "gpt-oss block (attention sinks, GQA), width 64",
+       "gpt-oss's attention in gpt-oss-20b's proportions (8 query heads per key/value head, one sink logit per head, q/k/v/o biases, RoPE base 150000) at width 64 instead of 2880, and its MLP as one SwiGLU expert with biases (the router, the clamped activation and the sliding window are not modelled). With sinks every bias is effective: the key bias no longer cancels in softmax, and the value bias no longer folds into the output bias.",
+       R"({"version": 1, "seed": 19, "dtype": "float64",
+ "shape": {"batch": 2, "tokens": 16, "features": 64},
+ "layers": [
+   {"type": "residual", "body": [
+      {"type": "rmsnorm", "eps": 1e-05},
+      {"type": "attention", "num_heads": 8, "num_kv_heads": 1, "sinks": true, "causal": true, "rope": true, "rope_base": 150000}]},
+   {"type": "residual", "body": [
+      {"type": "rmsnorm", "eps": 1e-05},
+      {"type": "glu", "hidden": 64, "bias": true}]}]})"},
       {"few-tokens-trap", "One short sequence: the trap",
        "With one sequence of 4 tokens and 128 features in 2 heads, a single input shows 122 spurious null directions of the query bias; stacking inputs finds the true answer, 0.",
        R"({"version": 1, "seed": 2, "dtype": "float64",

@@ -79,16 +79,23 @@ class StructuralInputs:
         return self.inputs[k]
 
 
-def per_token_response(model, owner, x, direction):
+def per_token_response(model, owner, x, direction, sinks=False):
     """d(output) for a perturbation `direction` (B, T, n) added to `owner`'s output (where its bias
-    enters), different for every token: the reference scale of a visible effect."""
+    enters), different for every token: the reference scale of a visible effect. For attention
+    sinks (`sinks`), added to each query token's sink logits instead."""
     with fwAD.dual_level():
         delta = fwAD.make_dual(torch.zeros_like(direction), direction)
-        handle = owner.register_forward_hook(lambda module, inputs, out: out + delta)
+        if sinks:
+            owner.sink_offset = delta
+        else:
+            handle = owner.register_forward_hook(lambda module, inputs, out: out + delta)
         try:
             tangent = fwAD.unpack_dual(model(x)).tangent
         finally:
-            handle.remove()
+            if sinks:
+                owner.sink_offset = None
+            else:
+                handle.remove()
     return torch.zeros(1, dtype=torch.float64) if tangent is None else tangent
 
 
@@ -170,7 +177,7 @@ def structure(model, name, inputs, max_samples, subspace=None):
                 new_units = True
             active[i] = now if active[i] is None else active[i] + now
         direction = torch.randn(BATCH, TOKENS, n, generator=generator, dtype=torch.float64) / math.sqrt(n)
-        reference_sq += per_token_response(model, owner, x, direction).pow(2).sum().item()
+        reference_sq += per_token_response(model, owner, x, direction, name.endswith("sinks")).pow(2).sum().item()
         R = torch.linalg.qr(J if R is None else torch.cat([R, J]), mode="r").R
         tau = STRUCTURE_RTOL * math.sqrt(reference_sq)
         sigma = torch.linalg.svdvals(R)

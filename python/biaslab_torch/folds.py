@@ -18,20 +18,22 @@ def bias_or_zero(linear):
 
 
 def feeder(seq, i):
-    """The module whose bias is added last before seq[i + 1]: a Linear, an attention's o_proj, a
-    norm's shift, or (through a residual add, which passes it on) the last layer of a body."""
+    """The module whose bias is added last before seq[i + 1]: a Linear, the projection a block
+    writes its output with (WRITES: attention's o_proj, a GLU's down_proj), a norm's shift, or
+    (through a residual add, which passes it on) the last layer of a body."""
     layer = seq[i]
     if hasattr(layer, "body"):  # a Residual
         return feeder(layer.body, len(layer.body) - 1)
-    return getattr(layer, "o_proj", layer)  # an attention's last bias is its output projection's
+    return getattr(layer, layer.WRITES) if hasattr(layer, "WRITES") else layer
 # @export fold_norm_affine
 
 
 def fold_norm_affine(seq, i):
     """Norm(x; g, b) -> Linear(W, c)  ==  Norm(x) -> Linear(W diag(g), W b + c); for an attention
-    after the norm, into each of q/k/v_proj (TransformerLens fold_ln)."""
+    after the norm into each of q/k/v_proj, for a GLU into gate_proj and up_proj: the projections
+    a block names in READS (TransformerLens fold_ln)."""
     norm, after = seq[i], seq[i + 1]
-    projections = [after] if isinstance(after, nn.Linear) else [after.q_proj, after.k_proj, after.v_proj]
+    projections = [getattr(after, name) for name in after.READS] if hasattr(after, "READS") else [after]
     gain, shift = norm.weight, getattr(norm, "bias", None)
     for proj in projections:
         W = proj.weight.clone()
@@ -82,10 +84,13 @@ def drop_key_bias(seq, i):
 
 
 def fold_value_bias(seq, i):
-    """Softmax rows sum to 1, so the value bias adds W_O b_V to every token: b_O' = b_O + W_O b_V."""
+    """Softmax rows sum to 1, so the value bias adds W_O b_V to every token: b_O' = b_O + W_O b_V,
+    with b_V repeated to the query heads of its group under grouped-query attention."""
     attention = seq[i]
     o = attention.o_proj
-    set_bias(o, o.weight @ attention.v_proj.bias + bias_or_zero(o))
+    group = attention.num_heads // attention.num_kv_heads
+    bv = attention.v_proj.bias.view(attention.num_kv_heads, -1).repeat_interleave(group, dim=0).reshape(-1)
+    set_bias(o, o.weight @ bv + bias_or_zero(o))
     attention.v_proj.bias = None
 # @export drop_bias_before_norm
 
@@ -125,7 +130,7 @@ def layernorm_to_rmsnorm(seq, i):
     """LN(W x + b) = RMS(C W x + C b) with C = I - 11^T/n, for a LayerNorm without shift: once the
     writer's output rows are centred the LayerNorm subtracts nothing (TransformerLens
     center_writing_weights; Jiang et al. 2023)."""
-    writer = getattr(seq[i], "o_proj", seq[i])  # a Linear, or an attention's output projection
+    writer = getattr(seq[i], seq[i].WRITES) if hasattr(seq[i], "WRITES") else seq[i]  # a Linear, o_proj, down_proj
     writer.weight.sub_(writer.weight.mean(dim=0, keepdim=True))
     if writer.bias is not None:
         writer.bias.sub_(writer.bias.mean())

@@ -29,43 +29,77 @@ def rotate_every_two(x):
 
 class Attention(nn.Module):
     """Multi-head self-attention as Hugging Face models write it: q/k/v/o_proj Linear modules,
-    RoPE on q and k after their projections (the first rotary_dim dimensions of each head, in
-    rotate_half or interleaved pairs), scores / sqrt(head_dim), optional causal mask."""
+    k and v with num_kv_heads heads (grouped-query attention, repeated to the query heads as
+    repeat_kv does), RoPE on q and k after their projections (the first rotary_dim dimensions of
+    each head, in rotate_half or interleaved pairs), scores / sqrt(head_dim), optional causal
+    mask, and optional sinks: one learned logit per head that joins each row of scores after the
+    mask and is dropped after the softmax (Hugging Face's gpt-oss eager attention)."""
+    READS, WRITES = ("q_proj", "k_proj", "v_proj"), "o_proj"  # for the fold helpers
 
-    def __init__(self, hidden_size, num_heads, q_bias=True, k_bias=True, v_bias=True, o_bias=True,
-                 causal=False, rope=False, rotary_dim=None, rope_style="half", rope_base=10000.0):
+    def __init__(self, hidden_size, num_heads, num_kv_heads=None, q_bias=True, k_bias=True, v_bias=True,
+                 o_bias=True, causal=False, rope=False, rotary_dim=None, rope_style="half", rope_base=10000.0,
+                 sinks=False):
         super().__init__()
         self.num_heads = num_heads
+        self.num_kv_heads = num_kv_heads or num_heads
         self.head_dim = hidden_size // num_heads
+        kv_size = self.num_kv_heads * self.head_dim
         self.causal = causal
         self.rope = rope
         self.rotary_dim = rotary_dim or self.head_dim
         self.rope_interleaved = rope_style == "interleaved"
         self.rope_base = rope_base
         self.q_proj = nn.Linear(hidden_size, hidden_size, bias=q_bias)
-        self.k_proj = nn.Linear(hidden_size, hidden_size, bias=k_bias)
-        self.v_proj = nn.Linear(hidden_size, hidden_size, bias=v_bias)
+        self.k_proj = nn.Linear(hidden_size, kv_size, bias=k_bias)
+        self.v_proj = nn.Linear(hidden_size, kv_size, bias=v_bias)
         self.o_proj = nn.Linear(hidden_size, hidden_size, bias=o_bias)
+        self.sinks = nn.Parameter(torch.zeros(num_heads)) if sinks else None
+        self.sink_offset = None  # (B, T, H) added to the sinks per query token: the analysis's reference
 
     def forward(self, x):  # x: (B, T, F)
         B, T, F = x.shape
-        heads = (B, T, self.num_heads, self.head_dim)
-        q = self.q_proj(x).view(heads).transpose(1, 2)  # (B, H, T, d)
-        k = self.k_proj(x).view(heads).transpose(1, 2)
-        v = self.v_proj(x).view(heads).transpose(1, 2)
+        q = self.q_proj(x).view(B, T, self.num_heads, self.head_dim).transpose(1, 2)  # (B, H, T, d)
+        k = self.k_proj(x).view(B, T, self.num_kv_heads, self.head_dim).transpose(1, 2)  # (B, KV, T, d)
+        v = self.v_proj(x).view(B, T, self.num_kv_heads, self.head_dim).transpose(1, 2)
         if self.rope:
             r = self.rotary_dim
             cos, sin = rope_cos_sin(T, r, x.dtype, self.rope_base, self.rope_interleaved)
             turn = rotate_every_two if self.rope_interleaved else rotate_half
             q = torch.cat((q[..., :r] * cos + turn(q[..., :r]) * sin, q[..., r:]), dim=-1)
             k = torch.cat((k[..., :r] * cos + turn(k[..., :r]) * sin, k[..., r:]), dim=-1)
+        group = self.num_heads // self.num_kv_heads
+        k = k.repeat_interleave(group, dim=1)  # kv head j serves query heads j*group .. j*group+group-1
+        v = v.repeat_interleave(group, dim=1)
         scores = torch.matmul(q, k.transpose(2, 3)) / math.sqrt(self.head_dim)  # (B, H, T, T)
         if self.causal:
             future = torch.ones(T, T, dtype=torch.bool).triu(1)
             scores = scores.masked_fill(future, float("-inf"))
-        probs = torch.softmax(scores, dim=-1)
+        if self.sinks is not None:
+            sink = self.sinks.view(1, -1, 1, 1).expand(B, -1, T, 1)
+            if self.sink_offset is not None:
+                sink = sink + self.sink_offset.transpose(1, 2).unsqueeze(-1)
+            probs = torch.softmax(torch.cat([scores, sink], dim=-1), dim=-1)[..., :-1]
+        else:
+            probs = torch.softmax(scores, dim=-1)
         context = torch.matmul(probs, v).transpose(1, 2).reshape(B, T, F)
         return self.o_proj(context)
+# @export glu
+
+
+class GLU(nn.Module):
+    """The gated feed-forward block as Hugging Face's LlamaMLP writes it:
+    down_proj(act_fn(gate_proj(x)) * up_proj(x)), one bias flag for the three projections."""
+    READS, WRITES = ("gate_proj", "up_proj"), "down_proj"  # for the fold helpers
+
+    def __init__(self, hidden_size, intermediate_size, activation="silu", bias=False):
+        super().__init__()
+        self.gate_proj = nn.Linear(hidden_size, intermediate_size, bias=bias)
+        self.up_proj = nn.Linear(hidden_size, intermediate_size, bias=bias)
+        self.down_proj = nn.Linear(intermediate_size, hidden_size, bias=bias)
+        self.act_fn = {"silu": nn.SiLU(), "gelu": nn.GELU(), "gelu_tanh": nn.GELU(approximate="tanh")}[activation]
+
+    def forward(self, x):
+        return self.down_proj(self.act_fn(self.gate_proj(x)) * self.up_proj(x))
 # @export rmsnorm
 
 

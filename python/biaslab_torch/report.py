@@ -39,7 +39,7 @@ def analyse_biases(model, evaluator, max_samples, given_inputs=None, subspace=No
     inputs = StructuralInputs(SEED + 1, given_inputs if given_inputs is not None else [evaluator.x64])
     generator = torch.Generator().manual_seed(SEED + 2)
     for name, p in model.named_parameters():
-        if not name.endswith("bias"):
+        if name.rsplit(".", 1)[-1] not in ("bias", "sinks"):  # attention sinks are bias-like rows too
             continue
         n = p.numel()
         st = structure(model, name, inputs, max_samples, subspace)

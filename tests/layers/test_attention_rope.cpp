@@ -16,10 +16,11 @@ namespace {
 constexpr double kTol = 1e-15;
 const double c1 = std::cos(1.0), s1 = std::sin(1.0);
 
-Op rope_op(int heads, int rotary_dim, bool interleaved, double base) {
+Op rope_op(int heads, int width, int rotary_dim, bool interleaved, double base) {
   Op op;
   op.kind = OpKind::attention;
-  op.heads = heads;
+  op.heads = op.kv_heads = heads;
+  op.in = op.out = width;
   op.rope = true;
   op.rotary_dim = rotary_dim;
   op.rope_interleaved = interleaved;
@@ -33,7 +34,7 @@ TEST_CASE("rope: partial rotation turns the first rotary_dim dimensions of each 
   // 2 heads of d = 4, r = 2: in each head only pair (0, 1) turns, by t * base^0 = t rad.
   Mat z = mat(2, 8, {1, 2, 3, 4, 5, 6, 7, 8,
                      1, 2, 3, 4, 5, 6, 7, 8});
-  rope_rotate(z, 1, 2, rope_op(2, 2, false, 10000));
+  rope_rotate(z, 1, 2, rope_op(2, 8, 2, false, 10000), 2);
   CHECK_MAX_ABS_LE(z, mat(2, 8, {1, 2, 3, 4, 5, 6, 7, 8,
                                  1 * c1 - 2 * s1, 2 * c1 + 1 * s1, 3, 4, 5 * c1 - 6 * s1, 6 * c1 + 5 * s1, 7, 8}), kTol);
 }
@@ -43,12 +44,12 @@ TEST_CASE("rope: interleaved pairs (2i, 2i+1) and the frequency base") {
   const double c2 = std::cos(0.1), s2 = std::sin(0.1);
   SUBCASE("interleaved: (0, 1) and (2, 3)") {
     Mat z = mat(2, 4, {1, 2, 3, 4, 1, 2, 3, 4});
-    rope_rotate(z, 1, 2, rope_op(1, 4, true, 100));
+    rope_rotate(z, 1, 2, rope_op(1, 4, 4, true, 100), 1);
     CHECK_MAX_ABS_LE(z, mat(2, 4, {1, 2, 3, 4, 1 * c1 - 2 * s1, 2 * c1 + 1 * s1, 3 * c2 - 4 * s2, 4 * c2 + 3 * s2}), kTol);
   }
   SUBCASE("half: (0, 2) and (1, 3)") {
     Mat z = mat(2, 4, {1, 2, 3, 4, 1, 2, 3, 4});
-    rope_rotate(z, 1, 2, rope_op(1, 4, false, 100));
+    rope_rotate(z, 1, 2, rope_op(1, 4, 4, false, 100), 1);
     CHECK_MAX_ABS_LE(z, mat(2, 4, {1, 2, 3, 4, 1 * c1 - 3 * s1, 2 * c2 - 4 * s2, 3 * c1 + 1 * s1, 4 * c2 + 2 * s2}), kTol);
   }
   SUBCASE("the tables use r, not the head dimension, in the exponent (as GPT-NeoX)") {

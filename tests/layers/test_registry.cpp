@@ -29,7 +29,7 @@ TEST_CASE("registry: every kind compiles, explains itself to the script, and has
     CHECK(static_cast<bool>(k->compile));
     CHECK(std::string(k->help).size() > 10);
     // A kind with a body is written by the exporter around its body; every other writes itself.
-    CHECK((k->torch != nullptr) != k->has_body);
+    CHECK((torch_writer(k->type) != nullptr) != k->has_body);
     // Its options' defaults are what make_layer gives and what printing leaves out: only "type".
     const LayerConfig l = make_layer(k->type);
     CHECK(layer_to_json(l) == Json{{"type", k->name}});

@@ -39,9 +39,7 @@ TEST_CASE("tanh: the JVP of a bias before it matches central differences, and ta
   const int pi = test::param_index(m, "layers.0.bias");
   const Mat dir = mat(4, 1, {-0.4, 1.1, 0.2, 0.9});
   const Mat d = jvp(m, trace, Seed{pi, Mat(dir.transpose()), true}, 1, static_cast<int>(m.ops.size()));
-  constexpr double h = 1e-6;
-  const Mat plus = m.params[pi].value + h * dir, minus = m.params[pi].value - h * dir;
-  const Mat fd = (forward<double>(m, w, x, {pi, &plus}) - forward<double>(m, w, x, {pi, &minus})) / (2 * h);
+  const Mat fd = test::central_difference(m, x, pi, dir);
   CHECK_MAX_ABS_LE(d, fd, 1e-7);
   const Mat g = op_jvp(m, m.ops[1], mat(1, 3, {0.0, 2.0, -2.0}), Mat::Ones(1, 3), 1);
   // 1 - tanh(2)^2 = 0.07065082485316446 (sech^2 2).

@@ -37,6 +37,10 @@ def schema_targets(biaslab):
                 values = ["narrower", "wider"]
             elif o["name"] == "rotary_dim":
                 values = ["partial"]
+            elif o["name"] == "num_kv_heads":
+                values = ["grouped", "multi-query"]
+            elif o["name"] == "hidden":
+                values = ["default", "narrow"]
             elif o["type"] == "layers":
                 values = ["nested"]
             else:
@@ -52,11 +56,11 @@ DEFAULTS = {
     "batchnorm": {"mode": "train", "affine": True, "eps": 1e-5},
     "groupnorm": {"num_groups": 4, "affine": True, "eps": 1e-5}, "instancenorm": {"affine": False, "eps": 1e-5},
     "attention": {"num_heads": 4, "q_bias": True, "k_bias": True, "v_bias": True, "o_bias": True,
-                  "causal": False, "rope": False, "rope_style": "half", "rope_base": 10000.0},
-    "gelu": {"approximate": "none"}, "relu": {}, "softmax": {},
+                  "causal": False, "sinks": False, "rope": False, "rope_style": "half", "rope_base": 10000.0},
+    "gelu": {"approximate": "none"}, "relu": {}, "softmax": {}, "glu": {"activation": "silu", "bias": False},
 }
 SIMPLE_TYPES = ["linear", "layernorm", "rmsnorm", "batchnorm", "groupnorm", "instancenorm", "attention",
-                "relu", "gelu", "softmax"]
+                "relu", "gelu", "softmax", "glu"]
 
 
 class Generator:
@@ -100,10 +104,20 @@ class Generator:
             rope_only = any(k in fixed for k in ("rotary_dim", "rope_style", "rope_base"))
             rope = True if rope_only else fixed.get("rope", rng.random() < 0.3 and width % 2 == 0)
             heads = [h for h in self.divisors(width, even_quotient=rope) if not rope_only or width // h >= 4]
+            kv_shape = fixed.pop("num_kv_heads", None)
+            if kv_shape:  # grouped-query needs at least 2 query heads per kv head
+                heads = [h for h in heads if h >= 2 and (kv_shape == "multi-query" or h % 2 == 0)] or heads
             layer["num_heads"] = fixed.get("num_heads") or rng.choice(heads)
+            if kv_shape == "multi-query" or (kv_shape is None and layer["num_heads"] > 1 and rng.random() < 0.25):
+                layer["num_kv_heads"] = 1 if kv_shape == "multi-query" or rng.random() < 0.5 else \
+                    rng.choice([k for k in self.divisors(layer["num_heads"]) if k < layer["num_heads"]])
+            elif kv_shape == "grouped":
+                layer["num_kv_heads"] = layer["num_heads"] // 2
             for b in ("q_bias", "k_bias", "v_bias", "o_bias"):
                 layer[b] = rng.random() < 0.75
             layer["causal"] = rng.random() < 0.4
+            if rng.random() < 0.2:
+                layer["sinks"] = True
             layer["rope"] = rope
             head_dim = width // layer["num_heads"]
             partial = fixed.pop("rotary_dim", None) == "partial" or (rope and head_dim >= 4 and rng.random() < 0.3)
@@ -115,6 +129,11 @@ class Generator:
                 layer["rope_base"] = 500000.0
         elif kind == "gelu":
             layer["approximate"] = rng.choice(["none", "tanh"])
+        elif kind == "glu":
+            if fixed.pop("hidden", rng.choice(["default", "narrow"])) == "narrow":
+                layer["hidden"] = max(1, width // 2)
+            layer["activation"] = rng.choice(["silu", "gelu", "gelu_tanh"])
+            layer["bias"] = rng.random() < 0.5
         if "eps" in DEFAULTS.get(kind, {}) and rng.random() < 0.2:
             layer["eps"] = 0.1
         layer.update(fixed)
@@ -141,7 +160,7 @@ class Generator:
     def shape(self, target):
         rng = self.rng
         features = rng.choice([4, 6, 8, 12, 16])
-        if target[1] == "num_heads" or target[1] == "num_groups":
+        if target[1] in ("num_heads", "num_groups", "num_kv_heads"):
             features = rng.choice([8, 12, 16])
         if target[0] == "attention" and target[1] == "rope" and target[2]:
             features = rng.choice([8, 16])
@@ -183,9 +202,14 @@ def used_targets(layers, width, found):
             used_targets(layer["body"], width, found)
             continue
         options = dict(DEFAULTS.get(kind, {}))
-        options.update({k: v for k, v in layer.items() if k not in ("type", "out_features", "rotary_dim")})
+        options.update({k: v for k, v in layer.items()
+                        if k not in ("type", "out_features", "rotary_dim", "num_kv_heads", "hidden")})
+        if kind == "glu":
+            found.add((kind, "hidden", "narrow" if "hidden" in layer else "default"))
         if "rotary_dim" in layer:
             found.add((kind, "rotary_dim", "partial"))
+        if "num_kv_heads" in layer:
+            found.add((kind, "num_kv_heads", "multi-query" if layer["num_kv_heads"] == 1 else "grouped"))
         for option, value in options.items():
             found.add((kind, option, value))
         if kind == "linear" and layer.get("out_features", width) != width:

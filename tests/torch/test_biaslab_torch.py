@@ -66,6 +66,57 @@ class Layers(unittest.TestCase):
                 d = max_diff(ours(x), ref(x, x, x, attn_mask=mask, need_weights=False)[0])
             self.assertLessEqual(d, EXACT64, f"causal={causal}: max |diff| {d:.3e}")
 
+    def test_grouped_query_attention_repeats_each_kv_head_to_its_group(self):
+        """Attention: num_kv_heads equals multi-head attention whose k/v rows repeat per group (repeat_kv)"""
+        x = shape(2, 5, 16)
+        for kv, rope in ((2, False), (1, True)):
+            grouped = randomise(layers.Attention(16, 4, num_kv_heads=kv, rope=rope).double())
+            full = layers.Attention(16, 4, rope=rope).double()
+            group, d = 4 // kv, 4
+            with torch.no_grad():
+                for name in ("q_proj", "o_proj"):
+                    getattr(full, name).load_state_dict(getattr(grouped, name).state_dict())
+                for name in ("k_proj", "v_proj"):
+                    g, f = getattr(grouped, name), getattr(full, name)
+                    self.assertEqual(tuple(g.weight.shape), (kv * d, 16))
+                    f.weight.copy_(g.weight.view(kv, d, 16).repeat_interleave(group, dim=0).reshape(16, 16))
+                    f.bias.copy_(g.bias.view(kv, d).repeat_interleave(group, dim=0).reshape(16))
+                dd = max_diff(grouped(x), full(x))
+            self.assertLessEqual(dd, EXACT64, f"num_kv_heads={kv} rope={rope}: max |diff| {dd:.3e}")
+
+    def test_glu_is_the_gated_formula(self):
+        """GLU: down_proj(act(gate_proj(x)) * up_proj(x)) for silu, gelu and gelu_tanh, named as LlamaMLP"""
+        x = shape(2, 3, 6)
+        acts = {"silu": lambda z: z * torch.sigmoid(z), "gelu": lambda z: 0.5 * z * (1 + torch.erf(z / math.sqrt(2))),
+                "gelu_tanh": lambda z: 0.5 * z * (1 + torch.tanh(math.sqrt(2 / math.pi) * (z + 0.044715 * z ** 3)))}
+        for name, act in acts.items():
+            glu = randomise(layers.GLU(6, 10, activation=name, bias=True).double())
+            self.assertEqual(sorted(k for k, _ in glu.named_parameters()),
+                             sorted(f"{p}.{t}" for p in ("gate_proj", "up_proj", "down_proj") for t in ("weight", "bias")))
+            with torch.no_grad():
+                g = x @ glu.gate_proj.weight.T + glu.gate_proj.bias
+                u = x @ glu.up_proj.weight.T + glu.up_proj.bias
+                d = max_diff(glu(x), (act(g) * u) @ glu.down_proj.weight.T + glu.down_proj.bias)
+            self.assertLessEqual(d, EXACT64, f"{name}: max |diff| {d:.3e}")
+
+    def test_sinks_take_weight_from_every_row(self):
+        """Attention: a sink is one more logit per head in each masked softmax row, with no value"""
+        x = shape(2, 4, 8)
+        att = randomise(layers.Attention(8, 2, causal=True, sinks=True).double())
+        self.assertIn("sinks", dict(att.named_parameters()))
+        with torch.no_grad():
+            att.q_proj.weight.mul_(0.1)  # scores of order 1, so the sinks take a visible share
+            att.sinks.copy_(torch.tensor([1.5, -0.5], dtype=torch.float64))
+            q = att.q_proj(x).view(2, 4, 2, 4).transpose(1, 2)
+            k = att.k_proj(x).view(2, 4, 2, 4).transpose(1, 2)
+            v = att.v_proj(x).view(2, 4, 2, 4).transpose(1, 2)
+            e = torch.exp(q @ k.transpose(2, 3) / 2.0) * torch.ones(4, 4, dtype=torch.float64).tril()
+            p = e / (e.sum(-1, keepdim=True) + torch.exp(att.sinks).view(1, 2, 1, 1))
+            expected = att.o_proj((p @ v).transpose(1, 2).reshape(2, 4, 8))
+            d = max_diff(att(x), expected)
+            self.assertLess(p.sum(-1).max().item(), 0.99)
+        self.assertLessEqual(d, EXACT64, f"max |diff| {d:.3e}")
+
     def test_rope_rotates_pairs_by_position(self):
         """Attention: RoPE leaves token 0 unrotated and keeps each (i, i + d/2) pair's norm"""
         cos, sin = layers.rope_cos_sin(4, 6, torch.float64)
@@ -193,6 +244,18 @@ class Folds(unittest.TestCase):
         self.assertIsNone(m.layers[0].weight)
         self.check_exact(lambda: layers.Net([nn.LayerNorm(6), layers.Attention(6, 2)]),
                          lambda m: folds.fold_norm_affine(m.layers, 0))
+        m = self.check_exact(lambda: layers.Net([nn.LayerNorm(6), layers.GLU(6, 8)]),
+                             lambda m: folds.fold_norm_affine(m.layers, 0))
+        self.assertIsNotNone(m.layers[1].gate_proj.bias)  # the shift moved into gate_proj and up_proj
+        self.assertIsNotNone(m.layers[1].up_proj.bias)
+
+    def test_glu_writes_through_down_proj(self):
+        """drop_bias_before_norm, layernorm_to_rmsnorm: a GLU's output bias is down_proj's"""
+        m = self.check_exact(lambda: layers.Net([layers.GLU(6, 8, bias=True), layers.InstanceNorm1d(6)]),
+                             lambda m: folds.drop_bias_before_norm(m.layers, 0))
+        self.assertIsNone(m.layers[0].down_proj.bias)
+        self.check_exact(lambda: layers.Net([layers.GLU(6, 8, bias=True), layers.layer_norm_without_bias(6, 1e-5)]),
+                         lambda m: folds.layernorm_to_rmsnorm(m.layers, 0))
 
     def test_batch_norm_eval_fusions(self):
         """fuse_linear_batchnorm_eval, fuse_batchnorm_eval_linear: one Linear instead of two modules"""
@@ -209,6 +272,10 @@ class Folds(unittest.TestCase):
                              lambda m: (folds.drop_key_bias(m.layers, 0), folds.fold_value_bias(m.layers, 0)))
         self.assertIsNone(m.layers[0].k_proj.bias)
         self.assertIsNone(m.layers[0].v_proj.bias)
+        # Grouped-query: 6 heads of 1 dimension reading 3 key/value heads, and multi-query.
+        for kv in (3, 1):
+            self.check_exact(lambda: layers.Net([layers.Attention(6, 6, num_kv_heads=kv)]),
+                             lambda m: (folds.drop_key_bias(m.layers, 0), folds.fold_value_bias(m.layers, 0)))
 
     def test_biases_before_centring_norms(self):
         """drop_bias_before_norm, centre_bias_before_norm: what the norm subtracts goes, through a residual too"""

@@ -14,11 +14,14 @@ const FIRST_LOAD = (rows) => rows.filter((r) => ['wasm', 'loader', 'js'].include
 
 // The guard sits under the 320 KB budget and moves only with a reason: 313 until the layer
 // registry and the kinds and options added through it (silu, tanh, partial and interleaved RoPE,
-// the report's layer list) grew the wasm by 12 KB gzip; the first load is 314.2 KB with them.
-test('first load: wasm + JS at most 315 KB gzip (budget 320), the glossary texts not in it', () => {
+// the report's layer list) grew the wasm by 12 KB gzip (314.2 KB); 315 until grouped-query
+// attention, glu, sinks and three model presets added about 11 KB, of which moving the PyTorch
+// writers to the export module and compiling report.cpp for size won back 6.5 (318.x KB).
+// Further kinds need an on-demand split of the engine, not a higher guard.
+test('first load: wasm + JS at most 319 KB gzip (budget 320), the glossary texts not in it', () => {
   const rows = FIRST_LOAD(dist_sizes(DIST));
   const gzip = rows.reduce((a, r) => a + r.gzip, 0) / 1024;
-  assert.ok(gzip <= 315, `first-load wasm + JS is ${gzip.toFixed(1)} KB gzip`);
+  assert.ok(gzip <= 319, `first-load wasm + JS is ${gzip.toFixed(1)} KB gzip`);
   for (const r of rows.filter((r) => /\.js$/.test(r.file)))
     assert.ok(!readFileSync(resolve(DIST, r.file), 'utf8').includes('Moving the bias by a random vector'), `${r.file} carries the glossary texts`);
 });

@@ -22,12 +22,17 @@ test('engine: lists presets, each with a name, title, claim and config', () => {
 });
 
 for (const preset of presets) {
-  test(`engine: preset ${preset.name} analyses ok with biases`, () => {
+  test(`engine: preset ${preset.name} analyses ok, with a row for every bias it declares`, () => {
     const t0 = performance.now();
     const r = engine.analyze(preset.config);
     const ms = performance.now() - t0;
     assert.equal(r.ok, true, JSON.stringify(r.error));
-    assert.ok(r.biases.length > 0, 'no biases');
+    // Every bias-like parameter the layers declare has its row (a bias-free block, as Llama's, has none).
+    const declared = [];
+    const walk = (layers) => { for (const l of layers) { for (const p of l.params) if (p.role === 'bias' || p.role === 'shift') declared.push(p.name); walk(l.body ?? []); } };
+    walk(r.layers);
+    assert.deepEqual(r.biases.map((b) => b.param).sort(), declared.sort());
+    if (preset.name !== 'llama-block') assert.ok(r.biases.length > 0, 'no biases');
     for (const b of r.biases) assert.ok(['redundant', 'partly_redundant', 'effective'].includes(b.verdict), b.verdict);
     assert.equal(r.summary.biases, r.biases.length);
     console.log(`${preset.name}: ${r.biases.length} biases, ${r.folds.length} folds, ${ms.toFixed(0)} ms`);
