@@ -12,7 +12,8 @@ from .head import SEED, DTYPE, BATCH, TOKENS, FEATURES
 # =============================================================================================
 FLOOR_FACTOR = 8.0            # a difference is real only above 8 x (rounding of one side + of the other)
 ROUNDOFF_RATIO = 2.0 ** -29   # 2^-52 / 2^-23: carries a rounding measured in float32 to float64
-STRUCTURE_RTOL = 1e-8         # a singular value <= 1e-8 x the reference scale is null
+STRUCTURE_RTOL = 1e-8         # a singular value <= 1e-8 x the reference scale is null,
+ROUNDING_RANK = 32 * 2.0 ** -53  # and so is one <= 32 unit roundoffs of the output's norm (rounding)
 MIN_SAMPLES = 2               # inputs stacked at least, before "the rank stopped growing" counts
 KINK_PATIENCE = 64            # with a ReLU on the way: inputs in a row that add no rank and activate no new unit
 VANISH_RTOL = 1e-13           # a tangent at most this x its reference scale is rounding
@@ -136,7 +137,8 @@ def structure(model, name, inputs, max_samples, subspace=None):
     independent inputs until a stopping rule holds (one input can fake null directions: with few
     tokens a head sees only T-1 key differences). Only the triangular factor R of the stacked
     Jacobian is kept (R^T R = J^T J); singular values of R below STRUCTURE_RTOL x the reference
-    scale are null. The rules, as in the engine: full rank ends the loop; without a ReLU on the
+    scale, or below ROUNDING_RANK x the output's norm (over the stacked inputs), are null: as in
+    the engine, rounding is never rank, even where the reference itself underflows. The rules, as in the engine: full rank ends the loop; without a ReLU on the
     way one input that adds no rank does (the Jacobian is analytic in the input); with one, a run
     of KINK_PATIENCE inputs (and twice the longest earlier run) that add no rank and activate no
     ReLU unit for the first time, unless the null directions vanish before the first ReLU. When
@@ -157,7 +159,7 @@ def structure(model, name, inputs, max_samples, subspace=None):
     m = at.numel()
     relus = relus_after(model, owner)
     active = [None] * len(relus)
-    R, ranks, reference_sq = None, [], 0.0
+    R, ranks, reference_sq, output_sq = None, [], 0.0, 0.0
     run = longest = 0
     vanishes, rule = None, "budget"
     for k in range(max_samples):
@@ -167,7 +169,7 @@ def structure(model, name, inputs, max_samples, subspace=None):
         store, remove = capture_inputs(relus)
         try:
             with torch.no_grad():
-                model(x)
+                output_sq += model(x).pow(2).sum().item()
         finally:
             remove()
         new_units = False
@@ -179,7 +181,7 @@ def structure(model, name, inputs, max_samples, subspace=None):
         direction = torch.randn(BATCH, TOKENS, n, generator=generator, dtype=torch.float64) / math.sqrt(n)
         reference_sq += per_token_response(model, owner, x, direction, name.endswith("sinks")).pow(2).sum().item()
         R = torch.linalg.qr(J if R is None else torch.cat([R, J]), mode="r").R
-        tau = STRUCTURE_RTOL * math.sqrt(reference_sq)
+        tau = max(STRUCTURE_RTOL * math.sqrt(reference_sq), ROUNDING_RANK * math.sqrt(output_sq))
         sigma = torch.linalg.svdvals(R)
         ranks.append(int((sigma > tau).sum()))
         gained = ranks[-1] > (ranks[-2] if len(ranks) > 1 else 0)

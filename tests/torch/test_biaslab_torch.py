@@ -367,6 +367,22 @@ class Structure(unittest.TestCase):
         self.assertEqual((st["redundant_dim"], st["stop_rule"], st["rank_history"]), (1, "no_gain", [3, 3]), st)
         self.assertEqual(st["null_basis"].shape, (4, 1))
 
+    def test_rounding_is_not_rank(self):
+        """structure: a Jacobian at rounding level adds no rank (32 roundoffs of the output's norm, as the engine)"""
+        # One head over 2 tokens: one input can give the query bias rank 1 at most (b . (k_1 - k_0)).
+        # With scores 40x larger the softmax saturates and the Jacobian is rounding only, while
+        # the per-token reference scale underflows to 0: only the output-norm bound stops rounding
+        # from counting as rank.
+        shape(1, 2, 4)
+        model = randomise(layers.Net([layers.Attention(4, 1)]).double())
+        with torch.no_grad():
+            model.layers[0].q_proj.weight.mul_(40.0)
+            model.layers[0].o_proj.weight.mul_(1000.0)
+        for p in model.parameters():
+            p.requires_grad_(False)
+        st = analysis.structure(model, "layers.0.q_proj.bias", analysis.StructuralInputs(1), 1)
+        self.assertLessEqual(st["rank_history"][0], 1, st)
+
     def test_full_rank_stops_at_once(self):
         """structure: Linear -> Linear: full rank after one input"""
         st = self.run_structure(layers.Net([nn.Linear(4, 4), nn.Linear(4, 4)]), "layers.0.bias")
