@@ -30,8 +30,8 @@ bool match_value_bias(const Seq& s, int i) {
 BIASLAB_COLD void apply_value_bias(Seq& s, int i, const std::string& prefix, FoldApplied& out) {
   LayerNode& a = s[i];
   const Vec bv = col(a, "v_proj.bias");
-  const int heads = a.cfg.num_heads, kv = a.cfg.num_kv_heads > 0 ? a.cfg.num_kv_heads : heads;
-  Vec bo = a.find("o_proj.weight")->value * (repeat_kv_matrix(heads, kv, a.in_width / heads) * bv);
+  const int heads = a.cfg.num_heads;
+  Vec bo = a.find("o_proj.weight")->value * (repeat_kv_matrix(heads, attention_kv_heads(a.cfg), a.in_width / heads) * bv);
   if (a.find("o_proj.bias")) bo += col(a, "o_proj.bias");
   a.cfg.v_bias = false;
   remove_param(a, "v_proj.bias");

@@ -335,14 +335,12 @@ std::optional<Error> check(const LayerConfig& c, int in, const std::string& path
   return std::nullopt;
 }
 
-int kv_heads(const LayerConfig& c) { return c.num_kv_heads > 0 ? c.num_kv_heads : c.num_heads; }
-
 // q_proj, k_proj, v_proj, o_proj: weight (out, in) and bias (out, 1), as torch.nn.Linear; k and v
 // are kv_heads * head_dim wide.
 void params(const LayerConfig& c, int in, int, std::vector<ParamSpec>& ps) {
   const bool on[] = {c.q_bias, c.k_bias, c.v_bias, c.o_bias};
   const char* names[] = {"q_proj.", "k_proj.", "v_proj.", "o_proj."};
-  const int kv = kv_heads(c) * (in / c.num_heads);
+  const int kv = attention_kv_heads(c) * (in / c.num_heads);
   const int rows[] = {in, kv, kv, in}, cols[] = {in, in, in, in};
   // gpt-oss's `sinks`: one logit per head, bias-like (a learned additive term of the softmax). First,
   // as in its state dict (a module's own parameters before its submodules').
@@ -357,7 +355,7 @@ void compile(CompileContext& ctx) {
   Op op = ctx.op(OpKind::attention);
   const int at = ctx.next();
   op.heads = ctx.cfg().num_heads;
-  op.kv_heads = kv_heads(ctx.cfg());
+  op.kv_heads = attention_kv_heads(ctx.cfg());
   op.causal = ctx.cfg().causal;
   op.rope = ctx.cfg().rope;
   op.rotary_dim = ctx.cfg().rotary_dim > 0 ? ctx.cfg().rotary_dim : ctx.node().in_width / op.heads;

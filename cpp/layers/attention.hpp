@@ -38,6 +38,9 @@ void rope_tables(int tokens, int rotary_dim, Mat& cos_t, Mat& sin_t, double base
 Mat attention_jvp(const Model& m, const Op& op, const Mat& x, const AttentionCache& c,
                   const jvp_detail::Tangent* dx, const Seed& seed, int n);
 
+// The key/value heads of an attention config: num_kv_heads, or num_heads when it is 0 (unset).
+inline int attention_kv_heads(const LayerConfig& c) { return c.num_kv_heads > 0 ? c.num_kv_heads : c.num_heads; }
+
 // The (heads*d, kv_heads*d) 0/1 matrix that copies each key/value head to the query heads of its
 // group (HF repeat_kv): the identity without grouping.
 Mat repeat_kv_matrix(int heads, int kv_heads, int head_dim);
