@@ -14,8 +14,12 @@ option in the schema does not change it; `make --new-corpus` draws it again. The
 stored gzipped as one JSON object {name: report} with `timing_ms` removed.
 
 Regenerate the reports only for a change that is meant to change answers, and say so in the
-commit. A report compares equal when its JSON values are equal: numbers bit for bit (the engine
-prints doubles so that they read back exactly), strings and order of arrays exactly.
+commit. A report compares equal when its JSON values are equal: strings, integers, booleans and
+the order of arrays exactly; other numbers to RTOL relative; and the fields that measure rounding
+itself (ROUNDING_FIELDS: a null singular value, a fold's delta, a noise floor) within a factor of
+ROUNDING_FACTOR. The engine's doubles are the same from run to run on one machine, but their last
+bits differ between x86-64 CPUs (the math library picks other code for exp and sin where the CPU
+has FMA), and a quantity that is itself rounding then differs by up to 20%.
 
 Exit status: 0 all equal, 1 differences (each printed with its first differing field), 2 usage.
 """
@@ -32,6 +36,21 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 CORPUS = os.path.join(HERE, "corpus.json")
 REPORTS = os.path.join(HERE, "reports.json.gz")
 DROPPED = ("timing_ms",)  # wall-clock fields: the only ones allowed to differ
+RTOL = 1e-6
+ROUNDING_FIELDS = {"null_sigma_max", "max_abs_delta", "mean_abs_delta", "rel_delta", "noise_floor",
+                   "output_rounding", "delta"}
+ROUNDING_FACTOR = 2.0
+
+
+def numbers_match(a, b, field):
+    """Whether two report numbers agree (see the module's docstring)."""
+    if isinstance(a, bool) or isinstance(b, bool) or isinstance(a, int) and isinstance(b, int):
+        return a == b
+    if a == b:
+        return True
+    if field in ROUNDING_FIELDS:
+        return a * b > 0 and max(abs(a), abs(b)) <= ROUNDING_FACTOR * min(abs(a), abs(b))
+    return abs(a - b) <= RTOL * max(abs(a), abs(b))
 
 
 def run(biaslab, args, stdin=None):
@@ -122,14 +141,16 @@ def entries(biaslab):
     return [{"name": "preset-" + p, "preset": p} for p in presets] + corpus
 
 
-def first_difference(a, b, path="$"):
+def first_difference(a, b, path="$", field=""):
+    if isinstance(a, (int, float)) and isinstance(b, (int, float)) and not isinstance(a, bool) and not isinstance(b, bool):
+        return None if numbers_match(a, b, field) else f"{path}: stored {json.dumps(a)[:120]}, now {json.dumps(b)[:120]}"
     if type(a) is not type(b):
         return f"{path}: {json.dumps(a)[:120]} != {json.dumps(b)[:120]}"
     if isinstance(a, dict):
         for key in list(a) + [k for k in b if k not in a]:
             if key not in a or key not in b:
                 return f"{path}.{key}: only in the {'stored' if key in a else 'new'} report"
-            d = first_difference(a[key], b[key], f"{path}.{key}")
+            d = first_difference(a[key], b[key], f"{path}.{key}", key)
             if d:
                 return d
         if list(a) != list(b):
@@ -137,7 +158,7 @@ def first_difference(a, b, path="$"):
         return None
     if isinstance(a, list):
         for i, (x, y) in enumerate(zip(a, b)):
-            d = first_difference(x, y, f"{path}[{i}]")
+            d = first_difference(x, y, f"{path}[{i}]", field)
             if d:
                 return d
         return None if len(a) == len(b) else f"{path}: {len(a)} items stored, {len(b)} now"
@@ -145,7 +166,7 @@ def first_difference(a, b, path="$"):
         i = next((i for i, (x, y) in enumerate(zip(a, b)) if x != y), min(len(a), len(b)))
         lo = max(0, i - 30)
         return f"{path}: from character {i}: stored ...{a[lo:i + 60]!r}, now ...{b[lo:i + 60]!r}"
-    if a != b or (isinstance(a, float) and a.hex() != b.hex()):
+    if a != b:
         return f"{path}: stored {json.dumps(a)[:120]}, now {json.dumps(b)[:120]}"
     return None
 
@@ -199,7 +220,7 @@ def main(argv):
         if d:
             differ += 1
             print(f"DIFF {name}: {d}")
-    print(f"golden: {len(now) - differ} of {len(now)} reports identical to the stored ones"
+    print(f"golden: {len(now) - differ} of {len(now)} reports match the stored ones"
           + (f"; {differ} differ" if differ else ""))
     return 1 if differ else 0
 
