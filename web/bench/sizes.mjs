@@ -39,6 +39,10 @@ export function kind(file) {
   // The sweep plot (uPlot): fetched when a plot is first drawn (after the first result on the
   // full page; never by an embed without the sweep).
   if (/sweep-plot[^/]*\.js$/.test(file)) return 'on demand';
+  // The stack picture: fetched when the first picture is drawn (after the first result). The
+  // articles' claims panel: fetched once the engine has started.
+  if (/stack-picture[^/]*\.js$/.test(file)) return 'on demand';
+  if (/claims[^/]*\.js$/.test(file)) return 'on demand';
   if (/\.wasm$/.test(file)) return 'wasm';
   if (/biaslab-[^/]*\.js$|\/biaslab\.js$/.test(file)) return 'loader';
   if (/\.m?js$/.test(file)) return 'js';
@@ -72,6 +76,10 @@ export function size_markdown(rows) {
   if (sweep.length) out.push(line('sweep plot (uPlot), fetched when the first plot is drawn', sum(sweep)));
   const gloss = later.filter((r) => /glossary-text/.test(r.file));
   if (gloss.length) out.push(line('glossary texts, fetched on the first tooltip or at idle', sum(gloss)));
+  const stack = later.filter((r) => /stack-picture/.test(r.file));
+  if (stack.length) out.push(line('stack picture, fetched when the first picture is drawn', sum(stack)));
+  const claims = later.filter((r) => /claims/.test(r.file));
+  if (claims.length) out.push(line("the articles' claims, fetched once the engine has started", sum(claims)));
   return out.join('\n');
 }
 

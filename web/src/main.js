@@ -20,7 +20,6 @@ import { render_results, refresh_plot } from './results.js';
 import { h, clear, copy_text, download } from './dom.js';
 import { start_embed } from './embed.js';
 import { render_glossary, wire_term_tips, prefetch_glossary } from './glossary.js';
-import { render_claims, claim_links } from './claims.js';
 
 const $ = (id) => document.getElementById(id);
 const params = new URLSearchParams(location.search);
@@ -109,7 +108,14 @@ async function boot() {
   state.presets = info.presets;
   state.version = info.version;
   $('version').textContent = info.version;
-  if (!EMBED) render_claims($('claims'), { presets: state.presets, on_load: load_preset });
+  // The articles' claims (their panel and a preset's links to them) come in their own module,
+  // fetched now but outside the first load's budget; the preset line gains its links when it lands.
+  import('./claims.js').then((m) => {
+    claims = m;
+    if (!EMBED) m.render_claims($('claims'), { presets: state.presets, on_load: load_preset });
+    shown.presets = null;
+    render();
+  });
 
   Object.assign(state, create_store(config_from_link(location.hash)));
   state.intro = !EMBED && !stored('biaslab-intro-seen');
@@ -195,6 +201,9 @@ function render() {
   render_history();
 }
 
+/** The claims module (claims.js) once it has loaded. */
+let claims = null;
+
 function render_presets() {
   const select = $('preset');
   const current = matching_preset();
@@ -204,7 +213,7 @@ function render_presets() {
     state.presets.map((p) => h('option', { value: p.name, selected: current?.name === p.name }, p.title)),
   );
   select.disabled = false;
-  clear($('claim'), current ? [current.claim, claim_links(current.name)] : 'Your own layer stack: edit it on the left or in the JSON.');
+  clear($('claim'), current ? [current.claim, claims?.claim_links(current.name)] : 'Your own layer stack: edit it on the left or in the JSON.');
 }
 
 function render_history() {

@@ -6,7 +6,6 @@ import FORMULAS from 'virtual:formulas';
 import { h, clear, download } from './dom.js';
 import { bias_table, fold_table, minimal_table, invariance_table, to_markdown, to_csv, fmt_int, VERDICT_TEXT, VERDICT_MARK, is_undetermined, redundant_dims, undetermined_reason, bias_notes } from './table-model.js';
 import { term, column_term } from './glossary.js';
-import { render_stack } from './stack-picture.js';
 
 
 /** A dotted parameter or layer name that may wrap only after its dots: each part ("q_proj.")
@@ -223,7 +222,7 @@ export function render_results(root, report, { ms, on_load_minimal, embed = fals
   const noise = report.noise
     ? h('p', { class: 'caption' }, `Noise floor (${report.noise.dtype}): ${report.noise.method}.`)
     : null;
-  if (schema && (!show || show.has('stack'))) stack = render_stack(report, { schema, on_select: (p) => select_param(root, report, p) });
+  if (schema && (!show || show.has('stack'))) stack = lazy_stack(report, { schema, on_select: (p) => select_param(root, report, p) });
   clear(
     root,
     summary(report, ms),
@@ -270,6 +269,37 @@ function select_param(root, report, param) {
     tr.scrollIntoView({ block: 'nearest', behavior: 'smooth' });
     button.focus({ preventScroll: true });
   }
+}
+
+/** The stack picture, its module fetched when a picture is first drawn (as the sweep plot's), so
+ * it stays out of the first load: the section's heading at once, the picture when the module
+ * arrives, in its place. Same handle as render_stack's. */
+function lazy_stack(report, options) {
+  let handle = null;
+  let dead = false;
+  let selected = null;
+  const placeholder = h(
+    'section',
+    { class: 'result-section', id: 'section-stack', 'aria-labelledby': 'stack-title', 'aria-busy': 'true' },
+    h('div', { class: 'section-head' }, h('h2', { id: 'stack-title' }, 'The stack')),
+  );
+  import('./stack-picture.js').then(({ render_stack }) => {
+    if (dead) return;
+    handle = render_stack(report, options);
+    placeholder.replaceWith(handle.section);
+    if (selected) handle.select(selected);
+  });
+  return {
+    section: placeholder,
+    destroy() {
+      dead = true;
+      handle?.destroy();
+    },
+    select(param) {
+      selected = param;
+      handle?.select(param);
+    },
+  };
 }
 
 /** The sweep plot, its module (uPlot, about 22 KB gzip) fetched when a plot is first drawn, so

@@ -10,9 +10,12 @@ import { use_page, after_analysis, SHOTS } from '../support/page.js';
 
 const env = use_page();
 
+// The picture's module is fetched on demand: wait for the picture itself, not only the analysis.
+const picture = (page) => page.locator('#section-stack .stack-picture').waitFor({ state: 'attached' });
+
 /** Each bias row's verdict and badge colours, and each chip's, by parameter. */
 const colours = (page) =>
-  page.evaluate(() => {
+  picture(page).then(() => page.evaluate(() => {
     const style = (el) => (el ? [getComputedStyle(el).backgroundColor, getComputedStyle(el).color] : null);
     const rows = [...document.querySelectorAll('table.table-biases > tbody > tr:not(.detail-row)')].map((tr) => ({
       param: tr.querySelector('button.row-toggle').dataset.param,
@@ -26,7 +29,7 @@ const colours = (page) =>
       word: c.getAttribute('aria-label'),
     }));
     return { rows, chips, neutral: getComputedStyle(document.documentElement).getPropertyValue('--bg-soft').trim() };
-  });
+  }));
 
 for (const preset of ['default', 'postnorm-transformer', 'norm-zoo', 'causal-decoder-layer', 'article2-all-biases']) {
   test(`stack: ${preset}: every bias chip has its row's verdict and colours; every other parameter is neutral`, async () => {
@@ -64,6 +67,7 @@ for (const preset of ['default', 'postnorm-transformer', 'norm-zoo', 'causal-dec
 test('stack: the default preset\'s shapes, residual branch and fold arrows', async () => {
   const { page } = await env.open();
   const s = page.locator('#section-stack');
+  await picture(page);
   const layers = await s.locator('.stack-layer').evaluateAll((ls) => ls.map((l) => [l.dataset.layer, l.querySelector(':scope > .stack-head .stack-type').textContent, l.querySelector(':scope > .stack-head .stack-shape').textContent]));
   assert.deepEqual(layers, [
     ['layers.0', 'residual', '16 × 64'],
@@ -125,6 +129,7 @@ for (const [label, path, opts] of [
   test(`stack: legible at ${label}: nothing overflows, every chip inside the picture`, async () => {
     const { page, problems } = await env.open(path, opts);
     await page.evaluate(() => document.fonts.ready);
+    await picture(page);
     const width = opts.viewport.width;
     assert.ok(await page.evaluate(() => document.documentElement.scrollWidth) <= width, 'the page does not scroll sideways');
     const out = await page.evaluate(() => {
