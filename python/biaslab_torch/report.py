@@ -69,6 +69,10 @@ def analyse_biases(model, evaluator, max_samples, given_inputs=None, subspace=No
             inside = plus if plus["above_floor"] or not minus["above_floor"] else minus
             parts["redundant_part"] = {key: inside[key] for key in ("max_abs_delta", "noise_floor")}
             verdict = "effective" if inside["above_floor"] else "partly_redundant"
+        elif k is None:
+            # Only bounded by the subspace check (at most n - S redundant directions): the move shows
+            # the bias is not all redundant, but whether some directions are is not known.
+            undetermined, verdict = True, "undetermined"
         else:
             verdict = "effective"
         if not undetermined and st["stop_rule"] == "no_gain_kinked" and k and verdict == "effective":
@@ -87,14 +91,21 @@ def analyse_biases(model, evaluator, max_samples, given_inputs=None, subspace=No
         row["verdict"] = verdict
         row["max_abs_delta"] = full["max_abs_delta"]
         row["noise_floor"] = full["noise_floor"]
-        if undetermined:
+        if undetermined and k is None and "subspace" in st:
+            row["redundant_dim_at_most"] = st["redundant_dim_at_most"]
+            row["consistent"] = None
+            row["undetermined_reason"] = (
+                f"--structure-subspace {st['subspace']}: a random {st['subspace']}-dimensional subspace of the bias "
+                f"has no null direction, so at most {st['redundant_dim_at_most']} of {n} are redundant; a full move "
+                f"changes the output, so not all are")
+        elif undetermined:
             row["consistent"] = None
             row["undetermined_reason"] = st["kinked_note"] if "kinked_note" in st else (
                 f"{st['inactive_units']} ReLU unit(s) were never active: dead or only rarely active, which sampling "
                 f"cannot tell apart" if "inactive_units" in st else
                 f"{max_samples} inputs (--max-samples) ran out before a stopping rule held: "
                 f"the rank found, {n - st['redundant_dim_max']} of {n}, is a lower bound")
-        elif k is None:  # only bounded by the subspace check: the verdict takes it as 0
+        elif k is None:  # only bounded by the subspace check, and the full move is at the floor
             row["redundant_dim_at_most"] = st["redundant_dim_at_most"]
             row["consistent"] = None
         else:
@@ -147,6 +158,8 @@ def print_table(report):
         k = b["redundant_dim"]
         if k is not None:
             red = f"{k} of {b['size']}"
+        elif "redundant_dim_at_most" in b:
+            red = f"<={b['redundant_dim_at_most']} of {b['size']}"
         elif b["verdict"] == "undetermined":
             red = f"{b['redundant_dim_min']}-{b['redundant_dim_max']} of {b['size']}"
         else:
