@@ -31,7 +31,7 @@ const char* const kFullConfig = R"({
     {"type": "instancenorm", "affine": true, "eps": 1},
     {"type": "attention", "num_heads": 2, "num_kv_heads": 1, "q_bias": false, "k_bias": false, "v_bias": false,
      "o_bias": false, "causal": true, "sinks": true, "rope": true, "rotary_dim": 8, "rope_style": "interleaved",
-     "rope_base": 500000},
+     "rope_base": 500000, "qk_norm": "rmsnorm"},
     {"type": "glu", "hidden": 12, "activation": "gelu_tanh", "bias": true},
     {"type": "relu"},
     {"type": "gelu", "approximate": "tanh"},

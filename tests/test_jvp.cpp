@@ -142,6 +142,11 @@ TEST_CASE("jvp: attention q/k/v/o biases match central differences") {
     check_all_biases(net(2, 4, 8, R"({"type": "linear"}, {"type": "attention", "num_heads": 2, "sinks": true},
                                      {"type": "attention", "num_heads": 4, "num_kv_heads": 2, "sinks": true, "causal": true, "rope": true})"));
   }
+  SUBCASE("qk_norm (layernorm: its q_norm and k_norm shifts too; rmsnorm), grouped, causal, with RoPE, after a bias") {
+    check_all_biases(net(2, 4, 16, R"({"type": "linear"}, {"type": "attention", "num_heads": 4, "num_kv_heads": 2, "qk_norm": "layernorm"},
+                                      {"type": "attention", "num_heads": 2, "qk_norm": "layernorm", "causal": true, "rope": true, "rotary_dim": 4},
+                                      {"type": "attention", "num_heads": 4, "num_kv_heads": 1, "qk_norm": "rmsnorm", "sinks": true})"));
+  }
   SUBCASE("multi-query (1 kv head), causal") {
     check_all_biases(net(2, 3, 8, R"({"type": "attention", "num_heads": 4, "num_kv_heads": 1, "causal": true})"));
   }

@@ -3,6 +3,8 @@
 // A bias of size n is redundant (n of n), partly_redundant (0 < k < n) or effective (0 of n);
 // "redundant_dim" is the structural answer, "verdict" the measured one, and they must agree.
 #include <cmath>
+#include <map>
+#include <set>
 #include <string>
 
 #include "analysis/measure.hpp"
@@ -391,4 +393,33 @@ TEST_CASE("theory: every preset analyses, and every bias row is consistent or ca
       CHECK(!b.value("note", std::string()).empty());
     }
   }
+}
+
+TEST_CASE("presets: gpt2-block and bert-layer say what their reports find") {
+  auto dims = [](const json& r) {
+    std::map<std::string, int> d;
+    for (const json& b : r.at("biases")) d[b.at("param").get<std::string>()] = b.at("redundant_dim").get<int>();
+    return d;
+  };
+  auto rules = [](const json& r) {
+    std::multiset<std::string> s;
+    for (const json& f : r.at("folds")) s.insert(f.at("rule").get<std::string>());
+    return s;
+  };
+  // GPT-2: only the key bias (96 of 96); the value bias and both LayerNorms fold.
+  const json gpt2 = report_of(find_preset("gpt2-block")->config);
+  for (const auto& [name, k] : dims(gpt2)) {
+    CAPTURE(name);
+    CHECK(k == (name == "layers.0.body.1.k_proj.bias" ? 96 : 0));
+  }
+  CHECK(rules(gpt2) == std::multiset<std::string>{"drop_key_bias", "fold_layernorm_affine", "fold_layernorm_affine",
+                                                   "fold_value_bias"});
+  // BERT (post-norm): the key bias, and one direction (the mean) of the value bias, the attention
+  // output bias and the second FFN bias.
+  const json bert = report_of(find_preset("bert-layer")->config);
+  const std::map<std::string, int> expected{
+      {"layers.0.body.0.q_proj.bias", 0}, {"layers.0.body.0.k_proj.bias", 96}, {"layers.0.body.0.v_proj.bias", 1},
+      {"layers.0.body.0.o_proj.bias", 1}, {"layers.1.bias", 0},                 {"layers.2.body.0.bias", 0},
+      {"layers.2.body.2.bias", 1},        {"layers.3.bias", 0}};
+  CHECK(dims(bert) == expected);
 }

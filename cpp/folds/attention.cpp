@@ -10,7 +10,8 @@ namespace biaslab::folds_detail {
 // --- attention biases ------------------------------------------------------------------------
 bool match_key_bias(const Seq& s, int i) {
   // Sinks: the sink logit does not move with the key bias, so the row shift is not cancelled.
-  return is(s, i, LayerType::attention) && s[i].cfg.k_bias && !s[i].cfg.rope && !s[i].cfg.sinks;
+  return is(s, i, LayerType::attention) && s[i].cfg.k_bias && !s[i].cfg.rope && !s[i].cfg.sinks &&
+         s[i].cfg.qk_norm == QkNorm::none;
 }
 BIASLAB_COLD void apply_key_bias(Seq& s, int i, const std::string& prefix, FoldApplied& out) {
   const std::string n = name_of(prefix, i);

@@ -4,6 +4,7 @@
 #include <cmath>
 
 #include "layers/layer.hpp"
+#include "layers/norm.hpp"
 
 namespace biaslab {
 
@@ -33,6 +34,42 @@ void apply_rope(MatT<S>& z, int batch, int tokens, const Op& op, int heads) {
           a = a0 * ct - e0 * st;
           e = e0 * ct + a0 * st;
         }
+}
+
+// The heads of an (N, heads*d) matrix stacked as (heads*N, d), head h in rows h*N .. h*N + N - 1,
+// and back: the view a per-head norm (qk_norm) normalises row by row.
+template <class Derived>
+MatT<typename Derived::Scalar> stack_heads(const Eigen::MatrixBase<Derived>& z, int heads, int d) {
+  const Eigen::Index N = z.rows();
+  MatT<typename Derived::Scalar> s(N * heads, d);
+  for (int h = 0; h < heads; ++h) s.middleRows(h * N, N) = z.middleCols(Eigen::Index(h) * d, d);
+  return s;
+}
+template <class S, class Derived>
+void unstack_heads(const MatT<S>& s, Eigen::MatrixBase<Derived>& z, int heads, int d) {
+  const Eigen::Index N = z.rows();
+  for (int h = 0; h < heads; ++h) z.middleCols(Eigen::Index(h) * d, d) = s.middleRows(h * N, N);
+}
+
+// The norm op of qk_norm: LayerNorm or RMSNorm over one head's d dimensions, with the gain and
+// shift every head shares.
+Op head_norm_op(const Op& op, int gain, int shift) {
+  Op n;
+  n.kind = OpKind::norm;
+  n.norm = op.qk_norm_kind;
+  n.in = n.out = op.in / op.heads;
+  n.eps = kQkNormEps;
+  n.gain = gain;
+  n.shift = shift;
+  return n;
+}
+
+// qk_norm in place on q (heads = op.heads) or k (op.kv_heads), (N, heads*d).
+template <class S>
+void head_norm(MatT<S>& z, const Op& op, const Weights<S>& w, Override<S> ov, int heads, int gain, int shift) {
+  const int d = op.in / op.heads;
+  MatT<S> y = norm_forward<S>(head_norm_op(op, gain, shift), w, ov, stack_heads(z, heads, d), 1);
+  unstack_heads(y, z, heads, d);
 }
 
 }  // namespace
@@ -83,6 +120,14 @@ MatT<S> attention_core(const Model& m, const Op& op, const Weights<S>& w, const 
   MatT<S> q = linear<S>(xq, param(w, ov, op.wq), opt(op.bq), pre_i(0), out_i(0));
   MatT<S> k = linear<S>(xkv, param(w, ov, op.wk), opt(op.bk), pre_i(1), out_i(1));
   MatT<S> v = linear<S>(xkv, param(w, ov, op.wv), opt(op.bv), pre_i(2), out_i(2));
+  if (op.qk_norm) {
+    if (cache) {
+      cache->q_pre = q.template cast<double>();
+      cache->k_pre = k.template cast<double>();
+    }
+    head_norm(q, op, w, ov, op.heads, op.qn_gain, op.qn_shift);
+    head_norm(k, op, w, ov, op.kv_heads, op.kn_gain, op.kn_shift);
+  }
   if (op.rope) {
     apply_rope(q, batch, Tq, op, op.heads);
     apply_rope(k, batch, Tk, op, op.kv_heads);
@@ -189,8 +234,35 @@ Mat attention_jvp_broadcast(const Op& op, const AttentionCache& c, const std::op
   return out;
 }
 
+// The tangent of qk_norm's output for q or k: dz (dense, (n*N, heads*d), or none) through the
+// per-head norm at its input `pre`, plus a seed on the norm's shift (every head's copy).
+std::optional<Mat> head_norm_jvp(const Model& m, const Op& op, const Mat& pre, std::optional<Mat> dz,
+                                 const Seed& seed, int heads, int gain, int shift, int n) {
+  const int d = op.in / op.heads;
+  const Eigen::Index N = pre.rows(), rows = N * heads;
+  if (dz) {
+    Mat dx(Eigen::Index(n) * rows, d);
+    for (int a = 0; a < n; ++a) dx.middleRows(a * rows, rows) = stack_heads(dz->middleRows(a * N, N), heads, d);
+    const Mat dy = norm_jvp(m, head_norm_op(op, gain, shift), stack_heads(pre, heads, d), dx, n);
+    for (int a = 0; a < n; ++a) {
+      auto block = dz->middleRows(a * N, N);
+      unstack_heads(Mat(dy.middleRows(a * rows, rows)), block, heads, d);
+    }
+  }
+  if (shift >= 0 && seed.param == shift) {
+    if (!dz) dz = Mat::Zero(Eigen::Index(n) * N, Eigen::Index(heads) * d);
+    for (int a = 0; a < n; ++a)
+      for (int h = 0; h < heads; ++h) {
+        auto block = dz->block(a * N, Eigen::Index(h) * d, N, d);
+        if (seed.broadcast) block.rowwise() += seed.values.row(a);
+        else block += seed.values.middleRows(a * N, N);
+      }
+  }
+  return dz;
+}
+
 // Attention core JVP. dx: tangent of the input (or none); seeds on q/k/v biases enter after the
-// projections (before RoPE, as the biases do). Per direction, sample and head:
+// projections (before qk_norm and RoPE, as the biases do). Per direction, sample and head:
 //   dS = (dQ K^T + Q dK^T) / sqrt(d);  dP = P .* (dS - rowsum(P .* dS));  dC = dP V + P dV.
 // A head whose dQ, dK, dV are all exactly zero keeps an exactly zero dC.
 }  // namespace
@@ -214,7 +286,7 @@ Mat attention_jvp(const Model& m, const Op& op, const Mat& x, const AttentionCac
   };
   std::optional<Tangent> tq = project(op.wq, op.bq), tk = project(op.wk, op.bk), tv = project(op.wv, op.bv);
   const bool sink_seeded = op.sinks >= 0 && seed.param == op.sinks;
-  const bool all_broadcast = !op.rope && !sink_seeded && (!tq || tq->broadcast) && (!tk || tk->broadcast) &&
+  const bool all_broadcast = !op.rope && !op.qk_norm && !sink_seeded && (!tq || tq->broadcast) && (!tk || tk->broadcast) &&
                              (!tv || tv->broadcast);
   if (all_broadcast) return attention_jvp_broadcast(op, c, tq, tk, tv, n, B, T);
   auto dense = [&](std::optional<Tangent>& t) -> std::optional<Mat> {
@@ -222,6 +294,10 @@ Mat attention_jvp(const Model& m, const Op& op, const Mat& x, const AttentionCac
     return t->broadcast ? expand(t->v, N) : std::move(t->v);
   };
   std::optional<Mat> dq = dense(tq), dk = dense(tk), dv = dense(tv);
+  if (op.qk_norm) {
+    dq = head_norm_jvp(m, op, c.q_pre, std::move(dq), seed, op.heads, op.qn_gain, op.qn_shift, n);
+    dk = head_norm_jvp(m, op, c.k_pre, std::move(dk), seed, op.kv_heads, op.kn_gain, op.kn_shift, n);
+  }
   if (op.rope) {
     if (dq) rope_rotate(*dq, n * B, T, op, op.heads);
     if (dk) rope_rotate(*dk, n * B, T, op, op.kv_heads);
@@ -275,6 +351,7 @@ namespace kinds {
 namespace {
 
 constexpr const char* kRopeStyles[] = {"half", "interleaved", nullptr};
+constexpr const char* kQkNorms[] = {"none", "layernorm", "rmsnorm", nullptr};
 constexpr LayerOption kOptions[] = {
     {integer("num_heads", 4, 1, Limits::max_num_heads, "heads",
              "Number of attention heads; must divide the width."),
@@ -311,6 +388,11 @@ constexpr LayerOption kOptions[] = {
                   "With rope: pair i turns by position * rope_base^(-2i/r) (Llama 10000, Qwen2 1000000)."),
            "rope"),
      &LayerConfig::rope_base},
+    {choice("qk_norm", kQkNorms, 0,
+            "Normalises every head's queries and keys over the head dimension after the projections and "
+            "before RoPE, as Qwen3 (rmsnorm; layernorm also adds a shift): q_norm and k_norm, each one gain "
+            "(and shift) of head_dim values shared by the heads, eps 1e-6."),
+     &LayerConfig::qk_norm},
 };
 
 std::optional<Error> check(const LayerConfig& c, int in, const std::string& path) {
@@ -345,7 +427,14 @@ void params(const LayerConfig& c, int in, int, std::vector<ParamSpec>& ps) {
   // gpt-oss's `sinks`: one logit per head, bias-like (a learned additive term of the softmax). First,
   // as in its state dict (a module's own parameters before its submodules').
   if (c.sinks) ps.push_back({"sinks", ParamRole::bias, c.num_heads, 1, Init::shift, in});
+  const int head_dim = in / c.num_heads;
   for (int i = 0; i < 4; ++i) {
+    if (i == 3 && c.qk_norm != QkNorm::none)  // q_norm and k_norm (Qwen3's names), before o_proj's op
+      for (const char* norm : {"q_norm.", "k_norm."}) {
+        ps.push_back({std::string(norm) + "weight", ParamRole::gain, head_dim, 1, Init::gain, head_dim});
+        if (c.qk_norm == QkNorm::layernorm)
+          ps.push_back({std::string(norm) + "bias", ParamRole::shift, head_dim, 1, Init::shift, head_dim});
+      }
     ps.push_back({std::string(names[i]) + "weight", ParamRole::weight, rows[i], cols[i], Init::fan_in, cols[i]});
     if (on[i]) ps.push_back({std::string(names[i]) + "bias", ParamRole::bias, rows[i], 1, Init::fan_in, cols[i]});
   }
@@ -368,6 +457,12 @@ void compile(CompileContext& ctx) {
   op.bk = ctx.param("k_proj.bias", at);
   op.wv = ctx.param("v_proj.weight", at);
   op.bv = ctx.param("v_proj.bias", at);
+  op.qk_norm = ctx.cfg().qk_norm != QkNorm::none;
+  op.qk_norm_kind = ctx.cfg().qk_norm == QkNorm::rmsnorm ? NormKind::rms : NormKind::layer;
+  op.qn_gain = ctx.param("q_norm.weight", at);
+  op.qn_shift = ctx.param("q_norm.bias", at);
+  op.kn_gain = ctx.param("k_norm.weight", at);
+  op.kn_shift = ctx.param("k_norm.bias", at);
   ctx.emit(op);
   // The output projection is an ordinary linear op, so trailing-linear analysis and folds treat
   // it like any Linear.
@@ -385,6 +480,28 @@ std::string explain_own(const Op& op, const std::string& local, int k, int n) {
     return std::string("a head's sink logit sets how much of each row's weight goes to no token: it scales the "
                        "head's output by a factor that differs per row") +
            (k > 0 ? "; what follows cancels part of that" : "");
+  if (local == "k_norm.bias") {
+    const int head_dim = op.in / op.heads;
+    if (k == n)
+      return "added to every normalised key of a head, it adds q_i . b to a whole score row; softmax is shift invariant";
+    if (op.rope && k > 0 && op.rotary_dim < head_dim)
+      return "RoPE rotates only the first " + std::to_string(op.rotary_dim) + " of each head's " +
+             std::to_string(head_dim) + " dimensions: the shared key shift on the others adds q_i . b to a whole "
+             "score row (softmax cancels it), on the rotated ones it varies along the row";
+    if (op.rope) return "added to every normalised key of a head, then rotated by RoPE: q_i . R_j b varies along the row";
+    if (op.sinks >= 0)
+      return "adds q_i . b to every score of row i but not to the sink logit: the shift moves weight between the "
+             "tokens and the sink";
+    return "added to every normalised key of a head";
+  }
+  if (local == "q_norm.bias")
+    return k > 0 ? "adds b . k_j to the scores; the normalised keys have zero mean over each head, so along "
+                   "1 / k_norm.weight it adds the same amount to a whole row, which softmax cancels"
+                 : "adds b . k_j to the scores, which varies with the key j";
+  if ((local == "k_proj.bias" || local == "q_proj.bias") && op.qk_norm)
+    return std::string("qk_norm normalises each head after the bias, so the bias changes the normalised ") +
+           (local == "k_proj.bias" ? "keys differently per key" : "queries differently per query") +
+           (k > 0 ? "; only each head's mean, which the LayerNorm subtracts, cancels" : "");
   if (local == "k_proj.bias" && op.sinks >= 0 && k == 0)
     return "adds q_i . b_K to every score of row i but not to the sink logit: the shift moves weight between "
            "the tokens and the sink, so softmax does not cancel it";
@@ -422,13 +539,15 @@ constexpr FoldTraits kFolds{kReads, &kWrites};
 
 std::string torch(const LayerNode& n, TorchNeeds& needs) {
   needs.add("attention");
+  if (n.cfg.qk_norm == QkNorm::rmsnorm) needs.add("rmsnorm");
   const LayerConfig& c = n.cfg;
   return "Attention(" + std::to_string(n.in_width) + ", num_heads=" + std::to_string(c.num_heads) +
          (c.num_kv_heads ? ", num_kv_heads=" + std::to_string(c.num_kv_heads) : "") + ", q_bias=" + py_bool(c.q_bias) + ", k_bias=" + py_bool(c.k_bias) + ", v_bias=" + py_bool(c.v_bias) +
          ", o_bias=" + py_bool(c.o_bias) + ", causal=" + py_bool(c.causal) + ", rope=" + py_bool(c.rope) +
          (c.rotary_dim ? ", rotary_dim=" + std::to_string(c.rotary_dim) : "") +
          (c.rope_style == RopeStyle::interleaved ? ", rope_style=\"interleaved\"" : "") +
-         (c.rope_base != 10000.0 ? ", rope_base=" + py_float(c.rope_base) : "") + (c.sinks ? ", sinks=True" : "") + ")";
+         (c.rope_base != 10000.0 ? ", rope_base=" + py_float(c.rope_base) : "") + (c.sinks ? ", sinks=True" : "") +
+         (c.qk_norm == QkNorm::none ? "" : c.qk_norm == QkNorm::layernorm ? ", qk_norm=\"layernorm\"" : ", qk_norm=\"rmsnorm\"") + ")";
 }
 
 }  // namespace

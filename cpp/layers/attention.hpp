@@ -45,9 +45,14 @@ inline int attention_kv_heads(const LayerConfig& c) { return c.num_kv_heads > 0 
 // group (HF repeat_kv): the identity without grouping.
 Mat repeat_kv_matrix(int heads, int kv_heads, int head_dim);
 
-// Whether `param` is one of the q/k/v biases or the sinks, which enter inside the op.
+// Whether `param` is one of the q/k/v biases, the sinks or a qk_norm shift, which enter inside
+// the op.
 inline bool attention_takes_seed(const Op& op, int param) {
-  return param >= 0 && (param == op.bq || param == op.bk || param == op.bv || param == op.sinks);
+  return param >= 0 && (param == op.bq || param == op.bk || param == op.bv || param == op.sinks ||
+                        param == op.qn_shift || param == op.kn_shift);
 }
+
+// qk_norm's eps, as Qwen3's q_norm and k_norm (rms_norm_eps = 1e-6).
+constexpr double kQkNormEps = 1e-6;
 
 }  // namespace biaslab

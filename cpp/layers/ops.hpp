@@ -41,6 +41,7 @@ struct AttentionCache {
   Mat q, k, v;             // (N, F), after bias and RoPE
   std::vector<Mat> probs;  // [b * H + h]: (T, T) softmax rows
   std::vector<Vec> sink;   // with sinks, [b * H + h]: (T) each row's weight on its head's sink
+  Mat q_pre, k_pre;        // with qk_norm: q and k before their per-head norm
 };
 
 // y = x W^T + b. x: (N, in), W: (out, in), b: (out, 1) or absent. `pre`: x W^T already

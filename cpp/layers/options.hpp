@@ -57,7 +57,7 @@ constexpr Spec layer_list(const char* name, const char* help) {
 // The member of LayerConfig an option is stored in.
 using LayerBinding = std::variant<bool LayerConfig::*, int LayerConfig::*, double LayerConfig::*,
                                   BatchNormMode LayerConfig::*, GeluApprox LayerConfig::*,
-                                  RopeStyle LayerConfig::*, GluActivation LayerConfig::*,
+                                  RopeStyle LayerConfig::*, QkNorm LayerConfig::*, GluActivation LayerConfig::*,
                                   std::vector<LayerConfig> LayerConfig::*>;
 
 struct LayerOption {

@@ -26,6 +26,7 @@ enum class DType { float32, float64 };
 enum class BatchNormMode { train, eval };
 enum class GeluApprox { none, tanh };
 enum class RopeStyle { half, interleaved };
+enum class QkNorm { none, layernorm, rmsnorm };
 enum class GluActivation { silu, gelu, gelu_tanh };
 
 // Options of all layer types; only those the schema lists for `type` are meaningful. Defaults
@@ -52,6 +53,7 @@ struct LayerConfig {
   int rotary_dim = 0;                      // 0: the whole head dimension
   RopeStyle rope_style = RopeStyle::half;
   double rope_base = 10000.0;
+  QkNorm qk_norm = QkNorm::none;  // per-head norm of queries and keys (Qwen3)
   // gelu
   GeluApprox approximate = GeluApprox::none;
   // glu (and bias, shared by its three projections as Hugging Face's mlp_bias)

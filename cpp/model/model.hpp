@@ -105,6 +105,11 @@ struct Op {
   int groups = 1;
   int wq = -1, bq = -1, wk = -1, bk = -1, wv = -1, bv = -1;  // attention core
   int sinks = -1;  // attention: the (heads, 1) sink logits, one per head in every softmax row
+  // attention, qk_norm: q and k normalised per head over head_dim (Qwen3), after the projections
+  // and before RoPE, with one gain and (layernorm) one shift shared by the heads.
+  bool qk_norm = false;
+  NormKind qk_norm_kind = NormKind::layer;  // layer or rms
+  int qn_gain = -1, qn_shift = -1, kn_gain = -1, kn_shift = -1;
   int heads = 1;
   int kv_heads = 1;  // key/value heads; query head h reads kv head h / (heads / kv_heads)
   bool causal = false, rope = false;

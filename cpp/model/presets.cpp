@@ -149,6 +149,43 @@ const std::vector<Preset>& presets() {
    {"type": "residual", "body": [
       {"type": "rmsnorm", "eps": 1e-05},
       {"type": "glu", "hidden": 64, "bias": true}]}]})"},
+      {"qwen3-block", "Qwen3 block (QK-norm, GQA), width 64",
+       "A Qwen3 decoder block in Qwen3-8B's proportions (32 query heads over 8 key/value heads becomes 8 over 2, RMSNorm on every head's queries and keys before RoPE, SwiGLU 3x, RoPE base 1000000) at width 64 instead of 4096. Qwen3 dropped Qwen2's q/k/v biases; switch q_bias or k_bias on to see that under an RMS QK-norm no direction of them cancels, and under a LayerNorm QK-norm only each head's mean does.",
+       R"({"version": 1, "seed": 37, "dtype": "float64",
+ "shape": {"batch": 2, "tokens": 16, "features": 64},
+ "layers": [
+   {"type": "residual", "body": [
+      {"type": "rmsnorm", "eps": 1e-06},
+      {"type": "attention", "num_heads": 8, "num_kv_heads": 2, "q_bias": false, "k_bias": false, "v_bias": false, "o_bias": false, "causal": true, "rope": true, "rope_base": 1000000, "qk_norm": "rmsnorm"}]},
+   {"type": "residual", "body": [
+      {"type": "rmsnorm", "eps": 1e-06},
+      {"type": "glu", "hidden": 192}]}]})"},
+      {"gpt2-block", "GPT-2 block (pre-norm, all biases), width 96",
+       "A GPT-2 block in GPT-2 small's proportions (12 heads, an MLP 4x as wide with the tanh GELU, LayerNorm eps 1e-5, causal) at width 96 instead of 768; GPT-2's fused c_attn is written as q/k/v_proj and c_fc/c_proj as two Linears. Only the key bias is redundant (96 numbers here, 768 per layer in GPT-2 small), the value bias folds into the output bias, and both LayerNorms fold into the projections after them.",
+       R"({"version": 1, "seed": 23, "dtype": "float64",
+ "shape": {"batch": 2, "tokens": 16, "features": 96},
+ "layers": [
+   {"type": "residual", "body": [
+      {"type": "layernorm", "eps": 1e-05},
+      {"type": "attention", "num_heads": 12, "causal": true}]},
+   {"type": "residual", "body": [
+      {"type": "layernorm", "eps": 1e-05},
+      {"type": "linear", "out_features": 384},
+      {"type": "gelu", "approximate": "tanh"},
+      {"type": "linear", "out_features": 96}]}]})"},
+      {"bert-layer", "BERT layer (post-norm), width 96",
+       "A BERT encoder layer in BERT-base's proportions (12 heads, intermediate 4x with the exact GELU, LayerNorm eps 1e-12 after each residual sum) at width 96 instead of 768. Post-norm changes the answer: besides the key bias, the LayerNorm after each sum removes one direction (the mean) of every bias that reaches it unchanged: the value bias, the attention output bias and the second FFN bias.",
+       R"({"version": 1, "seed": 29, "dtype": "float64",
+ "shape": {"batch": 2, "tokens": 16, "features": 96},
+ "layers": [
+   {"type": "residual", "body": [
+      {"type": "attention", "num_heads": 12}]},
+   {"type": "layernorm", "eps": 1e-12},
+   {"type": "residual", "body": [
+      {"type": "linear", "out_features": 384},
+      {"type": "gelu"},
+      {"type": "linear", "out_features": 96}]},
+   {"type": "layernorm", "eps": 1e-12}]})"},
       {"few-tokens-trap", "One short sequence: the trap",
        "With one sequence of 4 tokens and 128 features in 2 heads, a single input shows 122 spurious null directions of the query bias; stacking inputs finds the true answer, 0.",
        R"({"version": 1, "seed": 2, "dtype": "float64",

@@ -89,7 +89,9 @@ def per_token_response(model, owner, x, direction, sinks=False):
         if sinks:
             owner.sink_offset = delta
         else:
-            handle = owner.register_forward_hook(lambda module, inputs, out: out + delta)
+            # a per-head norm's output is (B, T, heads, d): its bias direction reaches every head
+            handle = owner.register_forward_hook(
+                lambda module, inputs, out: out + (delta.unsqueeze(-2) if out.dim() == delta.dim() + 1 else delta))
         try:
             tangent = fwAD.unpack_dual(model(x)).tangent
         finally:

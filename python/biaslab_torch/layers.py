@@ -31,14 +31,16 @@ class Attention(nn.Module):
     """Multi-head self-attention as Hugging Face models write it: q/k/v/o_proj Linear modules,
     k and v with num_kv_heads heads (grouped-query attention, repeated to the query heads as
     repeat_kv does), RoPE on q and k after their projections (the first rotary_dim dimensions of
-    each head, in rotate_half or interleaved pairs), scores / sqrt(head_dim), optional causal
+    each head, in rotate_half or interleaved pairs), optional qk_norm before RoPE (LayerNorm or
+    RMSNorm over each head's head_dim, eps 1e-6, one q_norm and one k_norm shared by the heads, as
+    Qwen3), scores / sqrt(head_dim), optional causal
     mask, and optional sinks: one learned logit per head that joins each row of scores after the
     mask and is dropped after the softmax (Hugging Face's gpt-oss eager attention)."""
     READS, WRITES = ("q_proj", "k_proj", "v_proj"), "o_proj"  # for the fold helpers
 
     def __init__(self, hidden_size, num_heads, num_kv_heads=None, q_bias=True, k_bias=True, v_bias=True,
                  o_bias=True, causal=False, rope=False, rotary_dim=None, rope_style="half", rope_base=10000.0,
-                 sinks=False):
+                 sinks=False, qk_norm="none"):
         super().__init__()
         self.num_heads = num_heads
         self.num_kv_heads = num_kv_heads or num_heads
@@ -52,14 +54,25 @@ class Attention(nn.Module):
         self.q_proj = nn.Linear(hidden_size, hidden_size, bias=q_bias)
         self.k_proj = nn.Linear(hidden_size, kv_size, bias=k_bias)
         self.v_proj = nn.Linear(hidden_size, kv_size, bias=v_bias)
+        # q_norm and k_norm before o_proj (Qwen3 registers them after it): the parameters then
+        # come in the engine's order, the order its tables list them in
+        if qk_norm == "none":
+            self.q_norm = self.k_norm = None
+        else:
+            norm = (lambda: nn.LayerNorm(self.head_dim, eps=1e-6)) if qk_norm == "layernorm" else \
+                (lambda: RMSNorm(self.head_dim, eps=1e-6))
+            self.q_norm, self.k_norm = norm(), norm()
         self.o_proj = nn.Linear(hidden_size, hidden_size, bias=o_bias)
         self.sinks = nn.Parameter(torch.zeros(num_heads)) if sinks else None
         self.sink_offset = None  # (B, T, H) added to the sinks per query token: the analysis's reference
 
     def forward(self, x):  # x: (B, T, F)
         B, T, F = x.shape
-        q = self.q_proj(x).view(B, T, self.num_heads, self.head_dim).transpose(1, 2)  # (B, H, T, d)
-        k = self.k_proj(x).view(B, T, self.num_kv_heads, self.head_dim).transpose(1, 2)  # (B, KV, T, d)
+        q = self.q_proj(x).view(B, T, self.num_heads, self.head_dim)
+        k = self.k_proj(x).view(B, T, self.num_kv_heads, self.head_dim)
+        if self.q_norm is not None:  # per head, over head_dim
+            q, k = self.q_norm(q), self.k_norm(k)
+        q, k = q.transpose(1, 2), k.transpose(1, 2)  # (B, H, T, d), (B, KV, T, d)
         v = self.v_proj(x).view(B, T, self.num_kv_heads, self.head_dim).transpose(1, 2)
         if self.rope:
             r = self.rotary_dim
