@@ -117,14 +117,21 @@ Network check_fold(const std::string& text, const std::string& rule, const std::
 
 const LayerNode& layer(const Network& n, int i) { return n.layers.at(static_cast<size_t>(i)); }
 
+// The rules that match somewhere in a config.
+std::multiset<std::string> rules_at(const std::string& text) {
+  std::multiset<std::string> ids;
+  for (const auto& f : find_folds(network_of(config_from(text)))) ids.insert(f.rule->id);
+  return ids;
+}
+
 }  // namespace
 
 TEST_CASE("folds: every rule of fold_rules() is exercised by this file") {
   // Keeps this file honest when a rule is added: the list below names the rules tested here.
   const std::set<std::string> tested = {
       "fold_layernorm_affine", "fold_rmsnorm_gain",    "fuse_linear_batchnorm_eval",
-      "fuse_batchnorm_eval_linear", "drop_key_bias",   "fold_value_bias",
-      "drop_bias_before_norm", "centre_bias_before_norm", "merge_linear_linear",
+      "fuse_batchnorm_eval_linear", "drop_key_bias",   "drop_unrotated_key_bias", "fold_value_bias",
+      "drop_bias_before_norm", "centre_bias_before_norm", "centre_writers", "merge_linear_linear",
       "layernorm_to_rmsnorm"};
   std::set<std::string> ids;
   for (const FoldRule& r : fold_rules()) {
@@ -220,6 +227,31 @@ TEST_CASE("folds: drop_key_bias removes the key bias when there is no RoPE") {
   }
 }
 
+TEST_CASE("folds: drop_unrotated_key_bias zeroes the key bias where partial RoPE does not rotate") {
+  SUBCASE("2 heads of 4, 2 rotate") {
+    const Network folded = check_fold(net(R"({"type": "attention", "num_heads": 2, "rope": true, "rotary_dim": 2})"),
+                                      "drop_unrotated_key_bias", "layers.0", 0);
+    const Mat& b = layer(folded, 0).find("k_proj.bias")->value;
+    for (int h = 0; h < 2; ++h) {
+      CHECK(b.block(h * 4, 0, 2, 1).cwiseAbs().minCoeff() > 0);  // the rotated part stays
+      CHECK(b.block(h * 4 + 2, 0, 2, 1).isZero(0));              // the rest is zeroed
+    }
+  }
+  SUBCASE("grouped-query, interleaved, causal") {
+    check_fold(net(R"({"type": "attention", "num_heads": 4, "num_kv_heads": 2, "rope": true, "rotary_dim": 2,
+                       "rope_style": "interleaved", "causal": true})",
+                   "float64", 2, 4, 16),
+               "drop_unrotated_key_bias", "layers.0", 0);
+  }
+  SUBCASE("not with full RoPE, sinks or QK-norm") {
+    CHECK(rules_at(net(R"({"type": "attention", "num_heads": 2, "rope": true})")).count("drop_unrotated_key_bias") == 0);
+    CHECK(rules_at(net(R"({"type": "attention", "num_heads": 2, "rope": true, "rotary_dim": 2, "sinks": true})"))
+              .count("drop_unrotated_key_bias") == 0);
+    CHECK(rules_at(net(R"({"type": "attention", "num_heads": 2, "rope": true, "rotary_dim": 2, "qk_norm": "layernorm"})"))
+              .count("drop_unrotated_key_bias") == 0);
+  }
+}
+
 TEST_CASE("folds: fold_value_bias moves W_O b_V into the output bias") {
   SUBCASE("with an output bias") {
     check_fold(net(R"({"type": "attention", "num_heads": 2})"), "fold_value_bias", "layers.0", 8);
@@ -252,6 +284,40 @@ TEST_CASE("folds: drop_bias_before_norm drops a bias that BatchNorm (train) or I
     const Param* shift = layer(f, 0).find("bias");
     REQUIRE(shift != nullptr);
     CHECK_LE_TOL(shift->value.cwiseAbs().maxCoeff(), 0.0, "max |BatchNorm shift| after the fold");
+  }
+}
+
+TEST_CASE("folds: centre_writers centres every layer writing into a stream only LayerNorms read") {
+  // GPT-2's shape: an embedding-like Linear, two pre-norm blocks, the final LayerNorm.
+  const std::string gpt2 = R"({"type": "linear"},
+      {"type": "residual", "body": [{"type": "layernorm"}, {"type": "attention", "num_heads": 2}]},
+      {"type": "residual", "body": [{"type": "layernorm"}, {"type": "linear", "out_features": 16}, {"type": "gelu"},
+                                    {"type": "linear", "out_features": 8}]},
+      {"type": "layernorm"}, {"type": "linear", "out_features": 3})";
+  SUBCASE("the embedding, o_proj and the second FFN Linear") {
+    const Network f = check_fold(net(gpt2), "centre_writers", "layers.0", 0);
+    auto column_means = [](const Mat& W) { return W.colwise().mean().cwiseAbs().maxCoeff(); };
+    CHECK(column_means(layer(f, 0).find("weight")->value) < 1e-15);
+    CHECK(column_means(layer(f, 1).body.at(1).find("o_proj.weight")->value) < 1e-15);
+    CHECK(std::abs(layer(f, 1).body.at(1).find("o_proj.bias")->value.mean()) < 1e-15);
+    CHECK(column_means(layer(f, 2).body.at(3).find("weight")->value) < 1e-15);
+    CHECK(column_means(layer(f, 2).body.at(1).find("weight")->value) > 1e-3);  // it writes inside the block
+    CHECK(column_means(layer(f, 4).find("weight")->value) > 1e-3);            // it reads the final norm
+  }
+  SUBCASE("a glu writes through down_proj, in float32") {
+    check_fold(net(R"({"type": "residual", "body": [{"type": "layernorm"}, {"type": "glu", "hidden": 8, "bias": true}]},
+                      {"type": "layernorm"})", "float32"),
+               "centre_writers", "layers.0", 0);
+  }
+  SUBCASE("not when something else reads the stream") {
+    // RMSNorm does not ignore a shift; a body without a norm first reads the raw stream; without
+    // a norm after the run the output itself is the stream.
+    CHECK(rules_at(net(R"({"type": "residual", "body": [{"type": "rmsnorm"}, {"type": "linear"}]}, {"type": "layernorm"})"))
+              .count("centre_writers") == 0);
+    CHECK(rules_at(net(R"({"type": "residual", "body": [{"type": "layernorm"}, {"type": "linear"}]},
+                          {"type": "residual", "body": [{"type": "linear"}]}, {"type": "layernorm"})"))
+              .count("centre_writers") == 0);
+    CHECK(rules_at(net(R"({"type": "residual", "body": [{"type": "layernorm"}, {"type": "linear"}]})")).count("centre_writers") == 0);
   }
 }
 
@@ -314,11 +380,6 @@ TEST_CASE("folds: layernorm_to_rmsnorm swaps a shift-free LayerNorm for RMSNorm 
 }
 
 TEST_CASE("folds: rules do not match where the identity they rely on fails") {
-  auto rules_at = [](const std::string& text) {
-    std::multiset<std::string> ids;
-    for (const auto& c : find_folds(network_of(config_from(text)))) ids.insert(c.rule->id);
-    return ids;
-  };
   SUBCASE("no drop_key_bias with RoPE") {
     CHECK(rules_at(net(R"({"type": "attention", "num_heads": 2, "rope": true})")).count("drop_key_bias") == 0);
   }

@@ -168,7 +168,8 @@ verdicts and folds are what should agree.
 
   if (!folds.empty()) {
     out += kFoldBanner;
-    const bool sets_biases = rules.size() > rules.count("drop_key_bias") + rules.count("drop_bias_before_norm") +
+    const bool sets_biases = rules.size() > rules.count("drop_key_bias") + rules.count("drop_unrotated_key_bias") +
+                                                rules.count("drop_bias_before_norm") + rules.count("centre_writers") +
                                                 rules.count("centre_bias_before_norm") + rules.count("layernorm_to_rmsnorm");
     if (sets_biases) out += py::fold_common;
     if (uses_feeder) out += py::feeder;
@@ -177,11 +178,14 @@ verdicts and folds are what should agree.
     if (rules.count("fuse_linear_batchnorm_eval")) out += py::fuse_linear_batchnorm_eval;
     if (rules.count("fuse_batchnorm_eval_linear")) out += py::fuse_batchnorm_eval_linear;
     if (rules.count("drop_key_bias")) out += py::drop_key_bias;
+    if (rules.count("drop_unrotated_key_bias")) out += py::drop_unrotated_key_bias;
     if (rules.count("fold_value_bias")) out += py::fold_value_bias;
     if (rules.count("drop_bias_before_norm")) out += py::drop_bias_before_norm;
     if (rules.count("centre_bias_before_norm")) out += py::centre_bias_before_norm;
     if (rules.count("merge_linear_linear")) out += py::merge_linear_linear;
+    if (rules.count("layernorm_to_rmsnorm") || rules.count("centre_writers")) out += py::centre_writer;
     if (rules.count("layernorm_to_rmsnorm")) out += py::layernorm_to_rmsnorm;
+    if (rules.count("centre_writers")) out += py::centre_writers;
   }
   out += "\n\n# The folds that apply to this stack: (rule, layers, rewrite of a model copy `m`).\nFOLDS = [\n";
   for (const auto& f : folds) {

@@ -22,6 +22,26 @@ BIASLAB_COLD void apply_key_bias(Seq& s, int i, const std::string& prefix, FoldA
   remove_param(s[i], "k_proj.bias");
 }
 
+// Partial RoPE rotates only the first rotary_dim dimensions of each head: on the others the key
+// bias still adds q_i . b_K to a whole score row, which softmax cancels. Zeroing those entries
+// removes kv_heads * (head_dim - rotary_dim) degrees of freedom and no parameter.
+bool match_unrotated_key_bias(const Seq& s, int i) {
+  if (!is(s, i, LayerType::attention)) return false;
+  const LayerConfig& c = s[i].cfg;
+  return c.k_bias && c.rope && c.rotary_dim > 0 && c.rotary_dim < s[i].in_width / c.num_heads && !c.sinks &&
+         c.qk_norm == QkNorm::none;
+}
+BIASLAB_COLD void apply_unrotated_key_bias(Seq& s, int i, const std::string& prefix, FoldApplied& out) {
+  LayerNode& a = s[i];
+  const int d = a.in_width / a.cfg.num_heads, r = a.cfg.rotary_dim, kv = attention_kv_heads(a.cfg);
+  Mat& b = a.find("k_proj.bias")->value;
+  for (int h = 0; h < kv; ++h) b.middleRows(h * d + r, d - r).setZero();
+  const std::string n = name_of(prefix, i);
+  out.layers = {n};
+  out.moves.push_back({n + ".k_proj.bias", n + ".k_proj.bias"});
+  out.dof_removed = kv * (d - r);
+}
+
 // softmax rows sum to 1, so P (1 b_V^T) = 1 b_V^T: the value bias adds W_O b_V to every token
 // (with grouped-query attention W_O repeat_kv(b_V): each query head reads its group's b_V).
 // Sinks: rows sum to 1 - p_sink(i), so the value bias adds a per-token amount (explain_own says so).

@@ -20,7 +20,11 @@ void compile(CompileContext& ctx) {
   ctx.emit(end);
 }
 
-std::string explain(const Op&, int) { return "feeds a residual block"; }
+// k > 0: the stream's readers cancel part of it (a LayerNorm at the start of every block and after
+// them cancels its all-ones direction; centre_writers removes it).
+std::string explain(const Op&, int k) {
+  return k > 0 ? "feeds a residual stream whose readers cancel part of it" : "feeds a residual block";
+}
 
 }  // namespace
 

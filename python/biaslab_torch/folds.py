@@ -3,7 +3,7 @@ same name does (cpp/folds/folds.cpp). The exporter emits, after the "Exact folds
 helpers of the rules that apply to the config, and lists them in FOLDS.
 """
 from .head import torch, nn
-from .layers import RMSNorm
+from .layers import RMSNorm, Residual
 
 # @export fold_common
 
@@ -80,6 +80,15 @@ def fuse_batchnorm_eval_linear(seq, i):
 def drop_key_bias(seq, i):
     """softmax_j(q_i . (k_j + b_K)) = softmax_j(q_i . k_j): q_i . b_K is the same for every key j."""
     seq[i].k_proj.bias = None
+# @export drop_unrotated_key_bias
+
+
+def drop_unrotated_key_bias(seq, i):
+    """Partial RoPE rotates only the first rotary_dim dimensions of each head; on the others q_i . b_K
+    is the same for every key j, so those entries of the key bias are zeroed."""
+    attention = seq[i]
+    bias = attention.k_proj.bias.view(attention.num_kv_heads, attention.head_dim)
+    bias[:, attention.rotary_dim:] = 0
 # @export fold_value_bias
 
 
@@ -123,6 +132,17 @@ def merge_linear_linear(seq, i):
         merged.bias.copy_(b.weight @ bias_or_zero(a) + bias_or_zero(b))
     seq[i] = merged
     del seq[i + 1]
+# @export centre_writer
+
+
+def centre_writer(layer):
+    """Centres the output of the projection `layer` writes with (a Linear, attention's o_proj, a
+    GLU's down_proj): W <- W - 1 mean(W), b <- b - mean(b). Returns the projection."""
+    writer = getattr(layer, layer.WRITES) if hasattr(layer, "WRITES") else layer
+    writer.weight.sub_(writer.weight.mean(dim=0, keepdim=True))
+    if writer.bias is not None:
+        writer.bias.sub_(writer.bias.mean())
+    return writer
 # @export layernorm_to_rmsnorm
 
 
@@ -130,13 +150,27 @@ def layernorm_to_rmsnorm(seq, i):
     """LN(W x + b) = RMS(C W x + C b) with C = I - 11^T/n, for a LayerNorm without shift: once the
     writer's output rows are centred the LayerNorm subtracts nothing (TransformerLens
     center_writing_weights; Jiang et al. 2023)."""
-    writer = getattr(seq[i], seq[i].WRITES) if hasattr(seq[i], "WRITES") else seq[i]  # a Linear, o_proj, down_proj
-    writer.weight.sub_(writer.weight.mean(dim=0, keepdim=True))
-    if writer.bias is not None:
-        writer.bias.sub_(writer.bias.mean())
+    writer = centre_writer(seq[i])
     ln = seq[i + 1]
     rms = RMSNorm(ln.normalized_shape[0], eps=ln.eps, elementwise_affine=ln.weight is not None)
     rms = rms.to(writer.weight.dtype)
     if ln.weight is not None:
         rms.weight.copy_(ln.weight)
     seq[i + 1] = rms
+# @export centre_writers
+
+
+def centre_writers(seq, i):
+    """A run of residual blocks (each body beginning with a LayerNorm) and the LayerNorm after it read
+    the stream only through LayerNorms, which ignore each token's mean: the layer seq[i] when it
+    writes into the run, and each body's last layer, where they write through a projection, are
+    centred (TransformerLens center_writing_weights)."""
+    writes = lambda layer: isinstance(layer, nn.Linear) or hasattr(layer, "WRITES")
+    start = i if isinstance(seq[i], Residual) else i + 1
+    end = start
+    while end < len(seq) and isinstance(seq[end], Residual):
+        end += 1
+    layers = [seq[k] for k in range(i, start)] + [seq[b].body[-1] for b in range(start, end)]
+    for layer in layers:
+        if writes(layer):
+            centre_writer(layer)

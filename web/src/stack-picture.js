@@ -32,14 +32,14 @@ export function render_stack(report, { schema, on_select = () => {} }) {
       v ? `${VERDICT_TEXT[v]} (${redundant_dims(f.row)} of ${f.row.size} directions redundant)` : p.created ? 'not in the model: a fold creates it' : `${ROLE_TEXT[p.role] ?? p.role}, no verdict (only biases are analysed)`,
       ...f.into.map((m) => `folds into ${m.to} (${m.fold.title})`),
       ...f.dropped.map((fold) => `dropped: ${fold.title}`),
-      ...f.centred.map((fold) => `centred: ${fold.title}`),
+      ...f.centred.map((fold) => `partly removed in place: ${fold.title}`),
     ].join('; ');
     const cls = ['stack-chip', `role-${p.role}`, v ? `badge verdict-${v}` : 'verdict-none', f.dropped.length ? 'dropped' : '', f.centred.length ? 'centred' : '', p.created ? 'created' : ''].filter(Boolean).join(' ');
     const body = [
       v ? h('span', { class: 'stack-mark', 'aria-hidden': 'true' }, VERDICT_MARK[v]) : null,
       h('span', { class: 'stack-local' }, p.local),
       f.dropped.length ? h('span', { class: 'stack-flag', 'aria-hidden': 'true' }, '✕') : null,
-      f.centred.length ? h('span', { class: 'stack-flag', 'aria-hidden': 'true' }, '−mean') : null,
+      f.centred.length ? h('span', { class: 'stack-flag', 'aria-hidden': 'true' }, '−part') : null,
     ];
     const el = f.row
       ? h('button', { type: 'button', class: cls, title: said, 'aria-label': said, 'aria-pressed': 'false', dataset: { param: p.name, verdict: v } }, body)
@@ -88,7 +88,7 @@ export function render_stack(report, { schema, on_select = () => {} }) {
     h('li', {}, h('span', { class: 'stack-chip verdict-none' }, 'weight, gain: no verdict')),
     moves.length ? h('li', {}, h('span', { class: 'stack-legend-arrow', 'aria-hidden': 'true' }, '⟶'), ' a fold moves it into') : null,
     [...facts.values()].some((f) => f.dropped.length) ? h('li', {}, '✕ a fold drops it') : null,
-    [...facts.values()].some((f) => f.centred.length) ? h('li', {}, '−mean: a fold removes its mean') : null,
+    [...facts.values()].some((f) => f.centred.length) ? h('li', {}, '−part: a fold removes part of it in place (its mean, or what nothing reads)') : null,
   );
   const section = h(
     'section',
