@@ -124,6 +124,8 @@ const EVERY_RULE = {
     { type: 'batchnorm', mode: 'eval' }, { type: 'linear' }, { type: 'attention', num_heads: 2 },
     { type: 'linear' }, { type: 'batchnorm' }, { type: 'linear' }, { type: 'layernorm' },
     { type: 'linear' }, { type: 'linear' }, { type: 'layernorm', bias: false },
+    { type: 'attention', num_heads: 2, rope: true, rotary_dim: 4 },
+    { type: 'residual', body: [{ type: 'layernorm' }, { type: 'linear' }] }, { type: 'layernorm' },
   ],
 };
 
