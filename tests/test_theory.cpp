@@ -406,14 +406,15 @@ TEST_CASE("presets: gpt2-block and bert-layer say what their reports find") {
     for (const json& f : r.at("folds")) s.insert(f.at("rule").get<std::string>());
     return s;
   };
-  // GPT-2: only the key bias (96 of 96); the value bias and both LayerNorms fold.
+  // GPT-2 with ln_f: the key bias (96 of 96), and the mean of what writes into the stream.
   const json gpt2 = report_of(find_preset("gpt2-block")->config);
-  for (const auto& [name, k] : dims(gpt2)) {
-    CAPTURE(name);
-    CHECK(k == (name == "layers.0.body.1.k_proj.bias" ? 96 : 0));
-  }
-  CHECK(rules(gpt2) == std::multiset<std::string>{"drop_key_bias", "fold_layernorm_affine", "fold_layernorm_affine",
-                                                   "fold_value_bias"});
+  const std::map<std::string, int> expected_gpt2{
+      {"layers.0.body.0.bias", 0},        {"layers.0.body.1.q_proj.bias", 0}, {"layers.0.body.1.k_proj.bias", 96},
+      {"layers.0.body.1.v_proj.bias", 1}, {"layers.0.body.1.o_proj.bias", 1}, {"layers.1.body.0.bias", 0},
+      {"layers.1.body.1.bias", 0},        {"layers.1.body.3.bias", 1},        {"layers.2.bias", 0}};
+  CHECK(dims(gpt2) == expected_gpt2);
+  CHECK(rules(gpt2) == std::multiset<std::string>{"centre_bias_before_norm", "centre_writers", "drop_key_bias",
+                                                   "fold_layernorm_affine", "fold_layernorm_affine", "fold_value_bias"});
   // BERT (post-norm): the key bias, and one direction (the mean) of the value bias, the attention
   // output bias and the second FFN bias.
   const json bert = report_of(find_preset("bert-layer")->config);

@@ -160,8 +160,8 @@ const std::vector<Preset>& presets() {
    {"type": "residual", "body": [
       {"type": "rmsnorm", "eps": 1e-06},
       {"type": "glu", "hidden": 192}]}]})"},
-      {"gpt2-block", "GPT-2 block (pre-norm, all biases), width 96",
-       "A GPT-2 block in GPT-2 small's proportions (12 heads, an MLP 4x as wide with the tanh GELU, LayerNorm eps 1e-5, causal) at width 96 instead of 768; GPT-2's fused c_attn is written as q/k/v_proj and c_fc/c_proj as two Linears. Only the key bias is redundant (96 numbers here, 768 per layer in GPT-2 small), the value bias folds into the output bias, and both LayerNorms fold into the projections after them.",
+      {"gpt2-block", "GPT-2 block and ln_f (pre-norm, all biases), width 96",
+       "A GPT-2 block in GPT-2 small's proportions (12 heads, an MLP 4x as wide with the tanh GELU, LayerNorm eps 1e-5, causal) at width 96 instead of 768, then GPT-2's final LayerNorm ln_f; the fused c_attn is written as q/k/v_proj and c_fc/c_proj as two Linears. The key bias is redundant (96 numbers here, 768 per layer in GPT-2 small). Every reader of the residual stream is a LayerNorm (ln_1, ln_2, ln_f), so the biases that write into it, the attention output bias and the MLP's c_proj bias (and the value bias through it), each lose their mean: centre_writers removes it, as TransformerLens' center_writing_weights does.",
        R"({"version": 1, "seed": 23, "dtype": "float64",
  "shape": {"batch": 2, "tokens": 16, "features": 96},
  "layers": [
@@ -172,7 +172,8 @@ const std::vector<Preset>& presets() {
       {"type": "layernorm", "eps": 1e-05},
       {"type": "linear", "out_features": 384},
       {"type": "gelu", "approximate": "tanh"},
-      {"type": "linear", "out_features": 96}]}]})"},
+      {"type": "linear", "out_features": 96}]},
+   {"type": "layernorm", "eps": 1e-05}]})"},
       {"bert-layer", "BERT layer (post-norm), width 96",
        "A BERT encoder layer in BERT-base's proportions (12 heads, intermediate 4x with the exact GELU, LayerNorm eps 1e-12 after each residual sum) at width 96 instead of 768. Post-norm changes the answer: besides the key bias, the LayerNorm after each sum removes one direction (the mean) of every bias that reaches it unchanged: the value bias, the attention output bias and the second FFN bias.",
        R"({"version": 1, "seed": 29, "dtype": "float64",
