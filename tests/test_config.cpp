@@ -676,6 +676,17 @@ TEST_CASE("config: the schema lists every layer type and option with make_layer'
   }
 }
 
+TEST_CASE("config: the schema says how LayerNorm over (C, H, W) is written: GroupNorm with 1 group") {
+  const json schema = config_schema();
+  std::string help;
+  for (const auto& type : schema["layer_types"])
+    if (type["name"] == "groupnorm")
+      for (const auto& opt : type["options"])
+        if (opt["name"] == "num_groups") help = opt["help"];
+  INFO(help);
+  CHECK(help.find("1 group is LayerNorm over (C, H, W)") != std::string::npos);
+}
+
 TEST_CASE("config: the schema states the top-level fields and the limits") {
   const json schema = config_schema();
   json minimal = with_layers(R"([{"type": "relu"}])");

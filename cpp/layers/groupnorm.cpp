@@ -8,7 +8,9 @@ namespace {
 
 constexpr LayerOption kOptions[] = {
     {integer("num_groups", 4, 1, Limits::max_features, "groups",
-             "Number of feature groups normalised together; must divide the width."),
+             "Number of feature groups; must divide the width. Each group is normalised over its features "
+             "and all tokens of a sequence, as torch.nn.GroupNorm over (batch, features, tokens): 1 group is "
+             "LayerNorm over (C, H, W) in a CNN (the tokens as the pixels), with a per-channel gain and shift."),
      &LayerConfig::num_groups},
     {flag("affine", true, "Learns a per-feature scale and shift."), &LayerConfig::affine},
     {number("eps", 1e-5, 0, true, 1, kEpsHelp), &LayerConfig::eps},
