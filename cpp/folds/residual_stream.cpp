@@ -20,13 +20,11 @@ int run_end(const Seq& s, int i) {
 // Whether `n` writes through a projection (a Linear, attention's o_proj, a GLU's down_proj).
 const Projection* writer_of(const LayerNode& n) { return fold_traits(n.cfg.type).writes; }
 
-bool writes(const Seq& s, int i) { return i >= 0 && i < static_cast<int>(s.size()) && writer_of(s[i]); }
-
 // The rule's site: the layer writing into the stream before the run when there is one, else the
 // run's first block. Returns the first block's index, or -1 when i is not a site.
 int run_start(const Seq& s, int i) {
-  if (writes(s, i) && is(s, i + 1, LayerType::residual)) return i + 1;
-  if (is(s, i, LayerType::residual) && !is(s, i - 1, LayerType::residual) && !writes(s, i - 1)) return i;
+  if (traits(s, i).writes && is(s, i + 1, LayerType::residual)) return i + 1;
+  if (is(s, i, LayerType::residual) && !is(s, i - 1, LayerType::residual) && !traits(s, i - 1).writes) return i;
   return -1;
 }
 

@@ -91,25 +91,20 @@ def analyse_biases(model, evaluator, max_samples, given_inputs=None, subspace=No
         row["verdict"] = verdict
         row["max_abs_delta"] = full["max_abs_delta"]
         row["noise_floor"] = full["noise_floor"]
-        if undetermined and k is None and "subspace" in st:
+        bounded = k is None and "subspace" in st  # only bounded by the subspace check
+        if bounded:
             row["redundant_dim_at_most"] = st["redundant_dim_at_most"]
-            row["consistent"] = None
+        row["consistent"] = None if undetermined or bounded else verdict == verdict_for(k, n)
+        if undetermined:
             row["undetermined_reason"] = (
                 f"--structure-subspace {st['subspace']}: a random {st['subspace']}-dimensional subspace of the bias "
                 f"has no null direction, so at most {st['redundant_dim_at_most']} of {n} are redundant; a full move "
-                f"changes the output, so not all are")
-        elif undetermined:
-            row["consistent"] = None
-            row["undetermined_reason"] = st["kinked_note"] if "kinked_note" in st else (
+                f"changes the output, so not all are" if bounded else
+                st["kinked_note"] if "kinked_note" in st else
                 f"{st['inactive_units']} ReLU unit(s) were never active: dead or only rarely active, which sampling "
                 f"cannot tell apart" if "inactive_units" in st else
                 f"{max_samples} inputs (--max-samples) ran out before a stopping rule held: "
                 f"the rank found, {n - st['redundant_dim_max']} of {n}, is a lower bound")
-        elif k is None:  # only bounded by the subspace check, and the full move is at the floor
-            row["redundant_dim_at_most"] = st["redundant_dim_at_most"]
-            row["consistent"] = None
-        else:
-            row["consistent"] = verdict == verdict_for(k, n)
         if parts:
             row["parts"] = parts
         row["structure"] = {key: st[key] for key in ("samples", "rank_history", "stop_rule", "null_sigma_max",
