@@ -58,6 +58,12 @@ void measure(const std::vector<LayerConfig>& layers, long& width, Size& s) {
       case LayerType::residual:
         measure(l.body, width, s);
         break;
+      case LayerType::parallel:
+        for (const auto& branch : l.branches) {
+          long w = f;
+          measure(branch, w, s);
+        }
+        break;
       default:
         s.parameters += 2 * f;  // norms: at most a gain and a shift (or running statistics)
         break;
@@ -168,20 +174,23 @@ void mutate_options(LayerConfig& l, Rng& rng) {
 }
 
 LayerConfig random_layer(Rng& rng) {
-  // Every registered kind but those with a body (mutate_config builds residual blocks).
+  // Every registered kind but those holding layers (mutate_config builds residual and parallel
+  // blocks).
   std::vector<LayerType> types;
   for (const LayerKind* k : layer_kinds())
-    if (!k->has_body) types.push_back(k->type);
+    if (!k->has_body && k->type != LayerType::parallel) types.push_back(k->type);
   LayerConfig l = make_layer(types[rng() % types.size()]);
   if (rng() % 2) mutate_options(l, rng);
   return l;
 }
 
-// Every layer list of the config: the top level and each residual body.
+// Every layer list of the config: the top level, each residual body and each parallel branch.
 void layer_lists(std::vector<LayerConfig>& list, std::vector<std::vector<LayerConfig>*>& out) {
   out.push_back(&list);
-  for (LayerConfig& l : list)
+  for (LayerConfig& l : list) {
     if (layer_kind(l.type).has_body) layer_lists(l.body, out);
+    for (auto& branch : l.branches) layer_lists(branch, out);
+  }
 }
 
 // One edit. Widths and divisibility are not kept on purpose: the parser must reject the misfits.
@@ -213,9 +222,15 @@ void mutate_config(ExperimentConfig& c, Rng& rng) {
     case 5:
       if (list.size() > 1) list.erase(list.begin() + static_cast<std::ptrdiff_t>(at));
       break;
-    case 6: {  // wrap in a residual block
-      LayerConfig block = make_layer(LayerType::residual);
-      block.body.push_back(std::move(list[at]));
+    case 6: {  // wrap in a residual block, or in a parallel block beside a random layer
+      const bool parallel = rng() % 2;
+      LayerConfig block = make_layer(parallel ? LayerType::parallel : LayerType::residual);
+      if (parallel) {
+        block.branches.push_back({std::move(list[at])});
+        block.branches.push_back({random_layer(rng)});
+      } else {
+        block.body.push_back(std::move(list[at]));
+      }
       list[at] = std::move(block);
       break;
     }

@@ -65,6 +65,9 @@ bool same_params(const std::vector<LayerNode>& a, const std::vector<LayerNode>& 
     for (std::size_t j = 0; j < a[i].params.size(); ++j)
       if (!same_mat(a[i].params[j].value, b[i].params[j].value)) return false;
     if (!same_params(a[i].body, b[i].body)) return false;
+    if (a[i].branches.size() != b[i].branches.size()) return false;
+    for (std::size_t k = 0; k < a[i].branches.size(); ++k)
+      if (!same_params(a[i].branches[k], b[i].branches[k])) return false;
   }
   return true;
 }

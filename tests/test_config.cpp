@@ -40,7 +40,8 @@ const char* const kFullConfig = R"({
       {"type": "linear", "out_features": 16},
       {"type": "relu"},
       {"type": "residual", "body": [{"type": "layernorm", "eps": 0.25}]},
-      {"type": "linear", "out_features": 32}]}
+      {"type": "linear", "out_features": 32}]},
+    {"type": "parallel", "branches": [[{"type": "relu"}], [{"type": "linear", "bias": false}, {"type": "silu"}]]}
   ]})";
 
 const char* const kExample = R"({"version": 1, "seed": 7, "dtype": "float64",
@@ -197,6 +198,8 @@ TEST_CASE("config: the full test config exercises every option the schema lists"
     json l = todo.back();
     todo.pop_back();
     if (l.contains("body")) todo.insert(todo.end(), l["body"].begin(), l["body"].end());
+    if (l.contains("branches"))
+      for (const auto& branch : l["branches"]) todo.insert(todo.end(), branch.begin(), branch.end());
     layers.push_back(l);
   }
   const json schema = config_schema();  // a range-for over a temporary's member would dangle
@@ -640,9 +643,9 @@ TEST_CASE("config: the schema lists every layer type and option with make_layer'
     INFO("type " << name);
     CHECK_FALSE(type["help"].get<std::string>().empty());
     const auto bare = parse_config(with_layers("[" + json{{"type", name}}.dump() + "]"));
-    // A residual cannot be bare; every other type parses alone to make_layer's value.
-    if (name == "residual") {
-      CHECK(bare.error().path == "layers[0].body");
+    // A residual or a parallel cannot be bare; every other type parses alone to make_layer's value.
+    if (name == "residual" || name == "parallel") {
+      CHECK(bare.error().path == (name == "residual" ? "layers[0].body" : "layers[0].branches"));
       continue;
     }
     REQUIRE(bare.ok());

@@ -75,6 +75,16 @@ void check_all_biases(const std::string& text) {
 
 }  // namespace
 
+TEST_CASE("jvp: parallel blocks, nested ones and blocks within branches included") {
+  // A tangent that enters in one branch reaches the output only through the block's sum; the
+  // later branches start again from the block's input.
+  check_all_biases(net(2, 3, 4, R"({"type": "parallel", "branches": [
+      [{"type": "layernorm"}, {"type": "attention", "num_heads": 2, "causal": true}],
+      [{"type": "residual", "body": [{"type": "gelu"}, {"type": "linear"}]},
+       {"type": "parallel", "branches": [[{"type": "linear"}], [{"type": "rmsnorm"}, {"type": "glu", "hidden": 6, "bias": true}]]}]]},
+    {"type": "layernorm"})"));
+}
+
 TEST_CASE("jvp: a linear bias matches central differences through linear, relu and gelu") {
   SUBCASE("linear alone") { check_all_biases(net(2, 3, 4, R"({"type": "linear"})")); }
   SUBCASE("linear, relu, linear") {

@@ -395,7 +395,7 @@ TEST_CASE("theory: every preset analyses, and every bias row is consistent or ca
   }
 }
 
-TEST_CASE("presets: gpt2-block and bert-layer say what their reports find") {
+TEST_CASE("presets: gpt2-block, bert-layer and pythia-block say what their reports find") {
   auto dims = [](const json& r) {
     std::map<std::string, int> d;
     for (const json& b : r.at("biases")) d[b.at("param").get<std::string>()] = b.at("redundant_dim").get<int>();
@@ -423,4 +423,18 @@ TEST_CASE("presets: gpt2-block and bert-layer say what their reports find") {
       {"layers.0.body.0.o_proj.bias", 1}, {"layers.1.bias", 0},                 {"layers.2.body.0.bias", 0},
       {"layers.2.body.2.bias", 1},        {"layers.3.bias", 0}};
   CHECK(dims(bert) == expected);
+  // Pythia (parallel residual, 25% rotary, final_layer_norm): the key bias off the rotated
+  // quarter (12 heads x 6 of 8 dimensions), and the mean of both branches' output biases.
+  const json pythia = report_of(find_preset("pythia-block")->config);
+  const std::string a = "layers.0.branches.0.", f = "layers.0.branches.1.";
+  const std::map<std::string, int> expected_pythia{
+      {a + "0.bias", 0},        {a + "1.q_proj.bias", 0}, {a + "1.k_proj.bias", 72}, {a + "1.v_proj.bias", 1},
+      {a + "1.o_proj.bias", 1}, {f + "0.bias", 0},        {f + "1.bias", 0},         {f + "3.bias", 1},
+      {"layers.1.bias", 0}};
+  CHECK(dims(pythia) == expected_pythia);
+  CHECK(rules(pythia) == std::multiset<std::string>{"centre_bias_before_norm", "centre_writers", "drop_unrotated_key_bias", "fold_layernorm_affine",
+                                                     "fold_layernorm_affine", "fold_value_bias"});
+  const std::string sentence = find_preset("pythia-block")->claim;
+  for (const char* quoted : {"72 of 96", "drop_unrotated_key_bias", "centre_writers", "use_parallel_residual"})
+    CHECK(sentence.find(quoted) != std::string::npos);
 }

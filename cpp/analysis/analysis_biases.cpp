@@ -56,6 +56,10 @@ BIASLAB_COLD std::string explain(const Model& m, const ModelParam& p, int k, int
   const Op* at = nullptr;
   for (size_t i = p.op + 1; i < m.ops.size(); ++i) {
     const Op& o = m.ops[i];
+    if (o.kind == OpKind::branch_next) {  // the next branch reads the block's input
+      i = static_cast<size_t>(o.partner) - 1;
+      continue;
+    }
     if (o.kind == OpKind::residual_end) {
       if (via.empty()) via = "through the residual add, ";
       continue;

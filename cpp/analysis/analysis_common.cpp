@@ -17,6 +17,10 @@ Vec unit_rms_direction(std::uint64_t seed, const std::string& key, int n) {
 Next next_op(const Model& m, int op_index) {
   Next n;
   for (size_t i = op_index + 1; i < m.ops.size(); ++i) {
+    if (m.ops[i].kind == OpKind::branch_next) {  // the next branch reads the block's input
+      i = static_cast<size_t>(m.ops[i].partner) - 1;
+      continue;
+    }
     if (m.ops[i].kind == OpKind::residual_end) {
       n.through_residual = true;
       continue;

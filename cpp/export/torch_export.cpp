@@ -86,21 +86,33 @@ void emit_layers(const std::vector<LayerNode>& nodes, int indent, std::string& o
       out += pad + "]),\n";
       continue;
     }
+    if (!node.branches.empty()) {
+      needs.add("parallel");
+      out += pad + "Parallel([\n";
+      for (const auto& branch : node.branches) {
+        out += pad + "    [\n";
+        emit_layers(branch, indent + 8, out, needs);
+        out += pad + "    ],\n";
+      }
+      out += pad + "]),\n";
+      continue;
+    }
     out += pad + torch_writer(node.cfg.type)(node, needs) + ",\n";
   }
 }
 
-// Python expression of the sequence a fold site lives in: model.layers[0].body
+// Python expression of the sequence a fold site lives in: m.layers[0].body,
+// m.layers[1].branches[0]
 std::string seq_expr(const FoldSite& site) {
   std::string s = "m.layers";
-  for (int i : site.path) s += "[" + std::to_string(i) + "].body";
+  for (const FoldStep& st : site.path)
+    s += "[" + std::to_string(st.layer) + "]" +
+         (st.branch < 0 ? std::string(".body") : ".branches[" + std::to_string(st.branch) + "]");
   return s;
 }
 
 const LayerNode& node_at(const Network& net, const FoldSite& site, int index) {
-  const std::vector<LayerNode>* seq = &net.layers;
-  for (int i : site.path) seq = &(*seq)[i].body;
-  return (*seq)[index];
+  return site_sequence(net.layers, site)[index];
 }
 
 std::string script(const ExperimentConfig& config, const TorchExportOptions& options) {
@@ -161,6 +173,7 @@ verdicts and folds are what should agree.
   if (groupnorm) out += needs.has("groupnorm_one_value") ? py::groupnorm_one_value : py::groupnorm;
   if (needs.has("instancenorm")) out += s.tokens == 1 ? py::instancenorm_one_token : py::instancenorm;
   if (needs.has("residual")) out += py::residual;
+  if (needs.has("parallel")) out += py::parallel;
   out += py::net;
   out += "\n\ndef build_model():\n    return Net([\n";
   out += layers;

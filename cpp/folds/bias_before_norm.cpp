@@ -8,24 +8,35 @@
 namespace biaslab::folds_detail {
 
 // --- biases in front of a normalisation ------------------------------------------------------
-// The bias-like parameter whose value is added directly to the input of s[i+1]: the last
-// layer's bias (through residual adds, which pass it on unchanged).
+// The bias-like parameters whose values are added directly to the input of s[i+1]: the last
+// layer's bias (through residual adds, which pass it on unchanged), or through a parallel block's
+// sum the bias that ends each of its branches.
 struct Feeder {
   LayerNode* node = nullptr;
   std::string local, name;
 };
-BIASLAB_COLD Feeder feeder(Seq& s, int i, const std::string& prefix) {
-  if (i < 0 || i >= static_cast<int>(s.size())) return {};
+BIASLAB_COLD void feeders(Seq& s, int i, const std::string& prefix, std::vector<Feeder>& out) {
+  if (i < 0 || i >= static_cast<int>(s.size())) return;
   LayerNode& n = s[i];
   const std::string nm = name_of(prefix, i);
-  if (layer_kind(n.cfg.type).has_body) return feeder(n.body, static_cast<int>(n.body.size()) - 1, body_prefix(nm));
+  if (layer_kind(n.cfg.type).has_body) return feeders(n.body, static_cast<int>(n.body.size()) - 1, body_prefix(nm), out);
+  if (!n.branches.empty()) {
+    for (size_t b = 0; b < n.branches.size(); ++b)
+      feeders(n.branches[b], static_cast<int>(n.branches[b].size()) - 1, branch_prefix(nm, b), out);
+    return;
+  }
   // The bias of the projection that writes the output, or the output shift of a norm.
   const FoldTraits& t = fold_traits(n.cfg.type);
   const std::string local = t.writes ? std::string(t.writes->prefix) + "bias" : t.shift ? t.shift : "";
-  if (local.empty() || !n.find(local)) return {};
-  return Feeder{&n, local, param_name(nm, local)};
+  if (local.empty() || !n.find(local)) return;
+  out.push_back(Feeder{&n, local, param_name(nm, local)});
 }
-Feeder feeder_c(const Seq& s, int i) { return feeder(const_cast<Seq&>(s), i, ""); }
+std::vector<Feeder> feeders(Seq& s, int i, const std::string& prefix) {
+  std::vector<Feeder> out;
+  feeders(s, i, prefix, out);
+  return out;
+}
+bool has_feeder(const Seq& s, int i) { return !feeders(const_cast<Seq&>(s), i, "").empty(); }
 
 
 bool absorbs_all(const Seq& s, int j) {
@@ -33,25 +44,24 @@ bool absorbs_all(const Seq& s, int j) {
   return cancels && cancels(s[j].cfg);
 }
 
-bool match_drop_before_norm(const Seq& s, int i) {
-  return absorbs_all(s, i + 1) && feeder_c(s, i).node != nullptr;
-}
+bool match_drop_before_norm(const Seq& s, int i) { return absorbs_all(s, i + 1) && has_feeder(s, i); }
 BIASLAB_COLD void apply_drop_before_norm(Seq& s, int i, const std::string& prefix, FoldApplied& out) {
-  Feeder f = feeder(s, i, prefix);
   out.layers = {name_of(prefix, i), name_of(prefix, i + 1)};
-  out.moves.push_back({f.name, ""});
-  out.dof_removed = static_cast<int>(f.node->find(f.local)->value.size());
-  LayerNode& n = *f.node;
-  // Remove through the config where a flag exists for it alone; a BN/GN/IN shift is tied to its
-  // gain by `affine`, and glu's `bias` covers its other projections too, so those are set to zero.
-  const FoldTraits& t = fold_traits(n.cfg.type);
-  bool LayerConfig::*flag = t.writes ? t.writes->bias : t.shift_flag;
-  if (flag && !flag_covers_others(n, flag, f.local)) n.cfg.*flag = false;
-  else {
-    n.find(f.local)->value.setZero();
-    return;
+  for (const Feeder& f : feeders(s, i, prefix)) {
+    out.moves.push_back({f.name, ""});
+    out.dof_removed += static_cast<int>(f.node->find(f.local)->value.size());
+    LayerNode& n = *f.node;
+    // Remove through the config where a flag exists for it alone; a BN/GN/IN shift is tied to its
+    // gain by `affine`, and glu's `bias` covers its other projections too, so those are set to zero.
+    const FoldTraits& t = fold_traits(n.cfg.type);
+    bool LayerConfig::*flag = t.writes ? t.writes->bias : t.shift_flag;
+    if (flag && !flag_covers_others(n, flag, f.local)) {
+      n.cfg.*flag = false;
+      remove_param(n, f.local);
+    } else {
+      n.find(f.local)->value.setZero();
+    }
   }
-  remove_param(n, f.local);
 }
 
 // Centring: LayerNorm and softmax cancel the mean of a bias, GroupNorm each group's mean.
@@ -59,18 +69,17 @@ int centre_groups(const Seq& s, int j) {
   const auto groups = traits(s, j).cancels_mean_groups;
   return groups ? groups(s[j].cfg) : 0;
 }
-bool match_centre_before_norm(const Seq& s, int i) {
-  return centre_groups(s, i + 1) > 0 && feeder_c(s, i).node != nullptr;
-}
+bool match_centre_before_norm(const Seq& s, int i) { return centre_groups(s, i + 1) > 0 && has_feeder(s, i); }
 BIASLAB_COLD void apply_centre_before_norm(Seq& s, int i, const std::string& prefix, FoldApplied& out) {
   const int G = centre_groups(s, i + 1);
-  Feeder f = feeder(s, i, prefix);
-  Mat& b = f.node->find(f.local)->value;
-  const int n = static_cast<int>(b.rows()), per = n / G;
-  for (int g = 0; g < G; ++g) b.middleRows(g * per, per).array() -= b.middleRows(g * per, per).mean();
   out.layers = {name_of(prefix, i), name_of(prefix, i + 1)};
-  out.moves.push_back({f.name, f.name});
-  out.dof_removed = G;
+  for (const Feeder& f : feeders(s, i, prefix)) {
+    Mat& b = f.node->find(f.local)->value;
+    const int n = static_cast<int>(b.rows()), per = n / G;
+    for (int g = 0; g < G; ++g) b.middleRows(g * per, per).array() -= b.middleRows(g * per, per).mean();
+    out.moves.push_back({f.name, f.name});
+    out.dof_removed += G;
+  }
 }
 
 }  // namespace biaslab::folds_detail

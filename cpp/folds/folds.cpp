@@ -52,21 +52,34 @@ BIASLAB_COLD const std::vector<FoldRule>& fold_rules() {
 
 std::string site_prefix(const FoldSite& site) {
   std::string p = kTopLayers;
-  for (int i : site.path) p = body_prefix(layer_name(p, static_cast<size_t>(i)));
+  for (const FoldStep& st : site.path) {
+    const std::string layer = layer_name(p, static_cast<size_t>(st.layer));
+    p = st.branch < 0 ? body_prefix(layer) : branch_prefix(layer, static_cast<size_t>(st.branch));
+  }
   return p;
+}
+
+std::vector<LayerNode>& site_sequence(std::vector<LayerNode>& top, const FoldSite& site) {
+  std::vector<LayerNode>* seq = &top;
+  for (const FoldStep& st : site.path) seq = &sequence_of((*seq)[st.layer], st.branch);
+  return *seq;
+}
+
+const std::vector<LayerNode>& site_sequence(const std::vector<LayerNode>& top, const FoldSite& site) {
+  return site_sequence(const_cast<std::vector<LayerNode>&>(top), site);
 }
 
 namespace {
 
-BIASLAB_COLD void collect(const Seq& seq, std::vector<int>& path, std::vector<FoldCandidate>& out) {
+BIASLAB_COLD void collect(const Seq& seq, std::vector<FoldStep>& path, std::vector<FoldCandidate>& out) {
   for (int i = 0; i < static_cast<int>(seq.size()); ++i) {
     for (const FoldRule& r : fold_rules())
       if (r.match(seq, i)) out.push_back({&r, {path, i}});
-    if (layer_kind(seq[i].cfg.type).has_body) {
-      path.push_back(i);
-      collect(seq[i].body, path, out);
+    for_each_sequence(seq[i], "", [&](const Seq& inner, const std::string&, int branch) {
+      path.push_back({i, branch});
+      collect(inner, path, out);
       path.pop_back();
-    }
+    });
   }
 }
 
@@ -74,18 +87,16 @@ BIASLAB_COLD void collect(const Seq& seq, std::vector<int>& path, std::vector<Fo
 
 BIASLAB_COLD std::vector<FoldCandidate> find_folds(const Network& net) {
   std::vector<FoldCandidate> out;
-  std::vector<int> path;
+  std::vector<FoldStep> path;
   collect(net.layers, path, out);
   return out;
 }
 
 BIASLAB_COLD Network apply_fold(const Network& net, const FoldCandidate& c, FoldApplied& out) {
   Network copy = net;
-  Seq* seq = &copy.layers;
-  for (int i : c.site.path) seq = &(*seq)[i].body;
   out = FoldApplied{};
   out.rule = c.rule->id;
-  c.rule->apply(*seq, c.site.index, site_prefix(c.site), out);
+  c.rule->apply(site_sequence(copy.layers, c.site), c.site.index, site_prefix(c.site), out);
   sync_network(copy);
   return copy;
 }

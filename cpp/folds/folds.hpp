@@ -1,6 +1,6 @@
 // Exact folds: re-parameterisations that leave the output unchanged, as rewrite rules on the
-// layer tree. Each rule matches a layer and its successor in one sequence (the top level or a
-// residual body) and rewrites parameter values and the config together.
+// layer tree. Each rule matches a layer and its successor in one sequence (the top level, a
+// residual body or a parallel's branch) and rewrites parameter values and the config together.
 #pragma once
 
 #include <string>
@@ -10,10 +10,20 @@
 
 namespace biaslab {
 
-struct FoldSite {
-  std::vector<int> path;  // indices of residual layers from the top, leading to the sequence
-  int index = 0;          // the first layer the rule matches, in that sequence
+// One step down the layer tree: layer `layer` of the current sequence, then its body (branch -1)
+// or its branch `branch` (parallel).
+struct FoldStep {
+  int layer = 0;
+  int branch = -1;
 };
+
+struct FoldSite {
+  std::vector<FoldStep> path;  // from the top level to the sequence
+  int index = 0;               // the first layer the rule matches, in that sequence
+};
+// The sequence `site` lives in.
+std::vector<LayerNode>& site_sequence(std::vector<LayerNode>& top, const FoldSite& site);
+const std::vector<LayerNode>& site_sequence(const std::vector<LayerNode>& top, const FoldSite& site);
 
 struct ParamMove {
   std::string from;  // dotted name in the original network
@@ -47,6 +57,6 @@ std::vector<FoldCandidate> find_folds(const Network& net);
 // Applies one fold to a copy of `net` (names in `out` refer to `net`).
 Network apply_fold(const Network& net, const FoldCandidate& c, FoldApplied& out);
 
-std::string site_prefix(const FoldSite& site);  // "layers.0.body." for path {0}
+std::string site_prefix(const FoldSite& site);  // "layers.0.body." for path {{0, -1}}
 
 }  // namespace biaslab

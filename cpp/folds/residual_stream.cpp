@@ -1,8 +1,9 @@
 // Centring the writers of a residual stream (TransformerLens' center_writing_weights). A run of
-// residual blocks whose bodies each begin with a LayerNorm, followed by a LayerNorm, is read only
-// through LayerNorms: the blocks' first layers and the norm after the run. LayerNorm ignores a
-// shift of each token by a constant, so every layer that writes into the stream (the layer before
-// the run, and each body's last layer) may have the output of its projection centred,
+// residual and parallel blocks whose bodies and branches each begin with a LayerNorm, followed by
+// a LayerNorm, is read only through LayerNorms: the first layers of the bodies and branches, and
+// the norm after the run. LayerNorm ignores a shift of each token by a constant, so every layer
+// that writes into the stream (the layer before the run, and each body's or branch's last layer)
+// may have the output of its projection centred,
 // W <- W - 1 mean(W), b <- b - mean(b), and the model's output stays the same.
 #include "core/cold.hpp"
 #include "folds/rules.hpp"
@@ -11,9 +12,11 @@ namespace biaslab::folds_detail {
 
 namespace {
 
-// The end of the run of residual blocks starting at i (the index after its last block).
+bool is_block(const Seq& s, int i) { return is(s, i, LayerType::residual) || is(s, i, LayerType::parallel); }
+
+// The end of the run of blocks starting at i (the index after its last block).
 int run_end(const Seq& s, int i) {
-  while (is(s, i, LayerType::residual)) ++i;
+  while (is_block(s, i)) ++i;
   return i;
 }
 
@@ -23,8 +26,8 @@ const Projection* writer_of(const LayerNode& n) { return fold_traits(n.cfg.type)
 // The rule's site: the layer writing into the stream before the run when there is one, else the
 // run's first block. Returns the first block's index, or -1 when i is not a site.
 int run_start(const Seq& s, int i) {
-  if (traits(s, i).writes && is(s, i + 1, LayerType::residual)) return i + 1;
-  if (is(s, i, LayerType::residual) && !is(s, i - 1, LayerType::residual) && !traits(s, i - 1).writes) return i;
+  if (traits(s, i).writes && is_block(s, i + 1)) return i + 1;
+  if (is_block(s, i) && !is_block(s, i - 1) && !traits(s, i - 1).writes) return i;
   return -1;
 }
 
@@ -37,8 +40,12 @@ bool match_centre_writers(const Seq& s, int i) {
   if (!is(s, end, LayerType::layernorm)) return false;
   bool any = start > i;  // the writer before the run
   for (int b = start; b < end; ++b) {
-    if (s[b].body.empty() || s[b].body.front().cfg.type != LayerType::layernorm) return false;
-    any = any || writer_of(s[b].body.back());
+    bool all_read_by_ln = true;
+    for_each_sequence(s[b], "", [&](const Seq& seq, const std::string&, int) {
+      if (seq.empty() || seq.front().cfg.type != LayerType::layernorm) all_read_by_ln = false;
+      else any = any || writer_of(seq.back());
+    });
+    if (!all_read_by_ln) return false;
   }
   return any;
 }
@@ -66,9 +73,10 @@ BIASLAB_COLD void apply_centre_writers(Seq& s, int i, const std::string& prefix,
   const int end = run_end(s, start);
   for (int b = start; b < end; ++b) {
     out.layers.push_back(name_of(prefix, b));
-    Seq& body = s[b].body;
-    if (!body.empty() && writer_of(body.back()))
-      centre(body.back(), name_of(body_prefix(name_of(prefix, b)), static_cast<int>(body.size()) - 1));
+    for_each_sequence(s[b], name_of(prefix, b), [&](Seq& seq, const std::string& seq_prefix, int) {
+      if (!seq.empty() && writer_of(seq.back()))
+        centre(seq.back(), name_of(seq_prefix, static_cast<int>(seq.size()) - 1));
+    });
   }
   out.layers.push_back(name_of(prefix, end));
 }

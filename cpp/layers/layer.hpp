@@ -53,8 +53,9 @@ struct ParamSpec {
 // Given to a kind's compile(): appends this layer's ops to the model.
 class CompileContext {
  public:
-  CompileContext(Model& m, const LayerNode& node, std::string name, int index, void (*body)(Model&, const LayerNode&, const std::string&))
-      : m_(m), node_(node), name_(std::move(name)), index_(index), body_(body) {}
+  using CompileSeq = void (*)(Model&, const std::vector<LayerNode>&, const std::string& prefix);
+  CompileContext(Model& m, const LayerNode& node, std::string name, int index, CompileSeq seq)
+      : m_(m), node_(node), name_(std::move(name)), index_(index), seq_(seq) {}
   const LayerNode& node() const { return node_; }
   const LayerConfig& cfg() const { return node_.cfg; }
   // A new op of this layer (widths and names filled in); `kind` is its op family.
@@ -65,15 +66,16 @@ class CompileContext {
   int param(const std::string& local, int op_index);
   void emit(const Op& op) { m_.ops.push_back(op); }
   Op& at(int i) { return m_.ops[i]; }
-  // Compiles the layer's body (residual blocks) here.
-  void body() { body_(m_, node_, name_); }
+  // Compiles the layer's body (residual) or its branch `b` (parallel) here.
+  void body() { seq_(m_, node_.body, body_prefix(name_)); }
+  void branch(size_t b) { seq_(m_, node_.branches[b], branch_prefix(name_, b)); }
 
  private:
   Model& m_;
   const LayerNode& node_;
   std::string name_;
   int index_;
-  void (*body_)(Model&, const LayerNode&, const std::string&);
+  CompileSeq seq_;
 };
 
 // What the PyTorch script needs: Python sections by name (python/biaslab_torch, `# @export`).

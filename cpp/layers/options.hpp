@@ -11,14 +11,15 @@
 
 namespace biaslab {
 
-enum class SpecKind { boolean, integer, number, enumeration, layers };
+enum class SpecKind { boolean, integer, number, enumeration, layers, branches };
 
 // Describes one field of the format, independent of where it is stored.
 struct Spec {
   const char* name;
   SpecKind kind;
-  double def;                 // bool: 0/1; enum: index into values; layers: unused (empty list)
-  double min, max;            // int and number; layers: min is the least number of layers
+  double def;                 // bool: 0/1; enum: index into values; layers, branches: unused
+  double min, max;            // int and number; layers: the least number of layers; branches:
+                              // the least number of lists (each of at least one layer)
   bool min_exclusive;         // number: min itself is rejected (eps > 0)
   const char* const* values;  // enum: names in the order of the C++ enum, nullptr-terminated
   const char* unit;           // int limits: "5000 exceeds the limit of 1024 tokens"
@@ -53,12 +54,17 @@ constexpr Spec choice(const char* name, const char* const* values, int def, cons
 constexpr Spec layer_list(const char* name, const char* help) {
   return {name, SpecKind::layers, 0, 1, 0, false, nullptr, nullptr, nullptr, help};
 }
+// A list of layer lists (parallel's branches), at least `min` of them.
+constexpr Spec layer_lists(const char* name, int min, const char* help) {
+  return {name, SpecKind::branches, 0, static_cast<double>(min), 0, false, nullptr, nullptr, nullptr, help};
+}
 
 // The member of LayerConfig an option is stored in.
 using LayerBinding = std::variant<bool LayerConfig::*, int LayerConfig::*, double LayerConfig::*,
                                   BatchNormMode LayerConfig::*, GeluApprox LayerConfig::*,
                                   RopeStyle LayerConfig::*, QkNorm LayerConfig::*, GluActivation LayerConfig::*,
-                                  std::vector<LayerConfig> LayerConfig::*>;
+                                  std::vector<LayerConfig> LayerConfig::*,
+                                  std::vector<std::vector<LayerConfig>> LayerConfig::*>;
 
 struct LayerOption {
   Spec spec;

@@ -191,6 +191,11 @@ Failure parse_layer(LayerConfig& out, const J& v, const std::string& path, int d
       return Error{path + "." + opt.spec.name, std::string("is missing; a ") + type->name +
                                                    " needs a " + opt.spec.name +
                                                    " of at least one layer"};
+    if (opt.spec.kind == Kind::branches && v.find(opt.spec.name) == v.end())
+      return Error{path + "." + opt.spec.name, std::string("is missing; a ") + type->name +
+                                                   " needs " + opt.spec.name + ", at least " +
+                                                   std::to_string(static_cast<int>(opt.spec.min)) +
+                                                   " lists of layers"};
   }
   return std::nullopt;
 }
@@ -304,6 +309,14 @@ Failure check_stack(const std::vector<LayerConfig>& layers, const std::string& p
       if (inner != width)
         return Error{lp + ".body", "residual body changes the width from " +
                                        std::to_string(width) + " to " + std::to_string(inner)};
+    }
+    for (std::size_t b = 0; b < l.branches.size(); ++b) {
+      int inner = width;
+      const std::string bp = lp + ".branches[" + std::to_string(b) + "]";
+      if (auto e = check_stack(l.branches[b], bp, inner, w)) return e;
+      if (inner != width)
+        return Error{bp, "parallel branch changes the width from " + std::to_string(width) +
+                             " to " + std::to_string(inner) + "; every branch must end at the input width"};
     }
     width = out;
     if (w.parameters > Limits::max_parameters)

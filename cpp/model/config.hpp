@@ -61,6 +61,8 @@ struct LayerConfig {
   GluActivation activation = GluActivation::silu;
   // residual: computes x + body(x)
   std::vector<LayerConfig> body;
+  // parallel: computes x + the sum of branch(x) over its branches
+  std::vector<std::vector<LayerConfig>> branches;
 };
 
 struct Shape {

@@ -40,6 +40,8 @@ inline const char* kind_name(Kind k) {
       return "enum";
     case Kind::layers:
       return "layers";
+    case Kind::branches:
+      return "layer_lists";
   }
   return "unknown";
 }
@@ -64,6 +66,7 @@ std::enable_if_t<std::is_enum_v<E>> set_default(E& v, const Spec& s) {
   v = static_cast<E>(static_cast<int>(s.def));
 }
 inline void set_default(std::vector<LayerConfig>& v, const Spec&) { v.clear(); }
+inline void set_default(std::vector<std::vector<LayerConfig>>& v, const Spec&) { v.clear(); }
 
 inline json value_json(bool v, const Spec&) { return v; }
 inline json value_json(int v, const Spec&) { return v; }
@@ -78,6 +81,11 @@ std::enable_if_t<std::is_enum_v<E>, json> value_json(E v, const Spec& s) {
 inline json value_json(const std::vector<LayerConfig>& v, const Spec&) {
   json a = json::array();
   for (const auto& l : v) a.push_back(layer_to_json(l));
+  return a;
+}
+inline json value_json(const std::vector<std::vector<LayerConfig>>& v, const Spec& s) {
+  json a = json::array();
+  for (const auto& list : v) a.push_back(value_json(list, s));
   return a;
 }
 
@@ -224,6 +232,29 @@ Failure parse_value(std::vector<LayerConfig>& out, const J& v, const Spec& s,
   return parse_layers(out, v, s, path, depth);
 }
 
+// A list of layer lists: [[layer, ...], [layer, ...]], each list of at least one layer.
+template <class J>
+Failure parse_value(std::vector<std::vector<LayerConfig>>& out, const J& v, const Spec& s,
+                    const std::string& path, int depth) {
+  if (!v.is_array())
+    return Error{path, "must be an array of layer lists, e.g. [[{\"type\": \"linear\"}], "
+                       "[{\"type\": \"gelu\"}]], got " + describe(v)};
+  if (v.size() < static_cast<std::size_t>(s.min))
+    return Error{path, "must list at least " + std::to_string(static_cast<int>(s.min)) +
+                           " layer list" + (s.min == 1 ? "" : "s") + ", got " +
+                           std::to_string(v.size())};
+  const Spec one = layer_list(s.name, s.help);  // each list: at least one layer
+  out.clear();
+  out.reserve(v.size());
+  std::size_t i = 0;
+  for (const auto& item : v) {
+    std::vector<LayerConfig> list;
+    if (auto e = parse_layers(list, item, one, path + "[" + std::to_string(i++) + "]", depth)) return e;
+    out.push_back(std::move(list));
+  }
+  return std::nullopt;
+}
+
 // Everything of a Spec that the schema states.
 inline json spec_json(const Spec& s, const std::string& name) {
   json o = json::object();
@@ -251,6 +282,7 @@ inline json spec_json(const Spec& s, const std::string& name) {
       break;
     }
     case Kind::layers:
+    case Kind::branches:
       o["required"] = true;
       o["min_items"] = static_cast<long long>(s.min);
       break;

@@ -31,6 +31,7 @@ MatT<S> op_forward(const Model& m, const Op& op, const Weights<S>& w, const MatT
       return glu_forward<S>(op, w, ov, x, pre, products);
     case OpKind::residual_begin:
     case OpKind::residual_end:
+    case OpKind::branch_next:
       return x;
   }
   return x;
@@ -38,9 +39,16 @@ MatT<S> op_forward(const Model& m, const Op& op, const Weights<S>& w, const MatT
 
 namespace {
 
-// Runs ops [start, end) on h with the residual stack `skips`.
+// An open residual or parallel block: its input, and the input plus the outputs of the branches
+// it has finished (a residual's body is its only branch, so `sum` stays the input).
 template <class S>
-MatT<S> run_ops(const Model& m, const Weights<S>& w, MatT<S> h, std::vector<MatT<S>> skips, int start,
+struct Skip {
+  MatT<S> input, sum;
+};
+
+// Runs ops [start, end) on h with the open blocks `skips`.
+template <class S>
+MatT<S> run_ops(const Model& m, const Weights<S>& w, MatT<S> h, std::vector<Skip<S>> skips, int start,
                 Override<S> ov, Trace* trace, Recording<S>* record,
                 const std::vector<MatT<S>>* start_products = nullptr) {
   for (size_t i = start; i < m.ops.size(); ++i) {
@@ -49,10 +57,14 @@ MatT<S> run_ops(const Model& m, const Weights<S>& w, MatT<S> h, std::vector<MatT
     if (record) record->inputs[i] = h;
     switch (op.kind) {
       case OpKind::residual_begin:
-        skips.push_back(h);
+        skips.push_back({h, h});
+        break;
+      case OpKind::branch_next:
+        skips.back().sum += h;
+        h = skips.back().input;
         break;
       case OpKind::residual_end:
-        h += skips.back();
+        h += skips.back().sum;
         skips.pop_back();
         break;
       default:
@@ -89,10 +101,14 @@ MatT<S> forward_recording(const Model& m, const Weights<S>& w, const MatT<S>& x,
 template <class S>
 MatT<S> forward_from(const Model& m, const Weights<S>& w, const Recording<S>& rec, int start,
                      Override<S> ov) {
-  // The skips still open at `start`: the inputs of residual begins before it whose end is not.
-  std::vector<MatT<S>> skips;
-  for (int i = 0; i < start; ++i)
-    if (m.ops[i].kind == OpKind::residual_begin && m.ops[i].partner >= start) skips.push_back(rec.inputs[i]);
+  // The blocks still open at `start`: begins before it whose end is not, with the outputs of
+  // their branches that finished before it (the input of each branch_next).
+  std::vector<Skip<S>> skips;
+  for (int i = 0; i < start; ++i) {
+    const Op& o = m.ops[i];
+    if (o.kind == OpKind::residual_begin && o.partner >= start) skips.push_back({rec.inputs[i], rec.inputs[i]});
+    if (o.kind == OpKind::branch_next && o.partner >= start) skips.back().sum += rec.inputs[i];
+  }
   // The start op's products before biases still hold unless a weight of it is replaced.
   const Op& op = m.ops[start];
   const bool weight_replaced = ov.index >= 0 && (ov.index == op.w || ov.index == op.wq || ov.index == op.wk ||

@@ -33,6 +33,7 @@ Mat op_jvp(const Model& m, const Op& op, const Mat& x, const Mat& dx, int n) {
     case OpKind::glu:
     case OpKind::residual_begin:
     case OpKind::residual_end:
+    case OpKind::branch_next:
       break;
   }
   return dx;
@@ -41,8 +42,12 @@ Mat op_jvp(const Model& m, const Op& op, const Mat& x, const Mat& dx, int n) {
 Mat jvp(const Model& m, const Trace& trace, const Seed& seed, int n, int stop, bool* broadcast) {
   const int start = m.params[seed.param].op;
   const Eigen::Index N = trace.inputs[0].rows();
-  // Residual skips pushed before `start` carry no tangent (nullopt).
-  std::vector<std::optional<Tangent>> skips;
+  // Open blocks: the tangent of the input and of the running sum of finished branches
+  // (model/forward.cpp); blocks opened before `start` carry no tangent (nullopt).
+  struct Skip {
+    std::optional<Tangent> input, sum;
+  };
+  std::vector<Skip> skips;
   for (int i = 0; i < start; ++i) {
     if (m.ops[i].kind == OpKind::residual_begin) skips.emplace_back();
     if (m.ops[i].kind == OpKind::residual_end) skips.pop_back();
@@ -61,10 +66,16 @@ Mat jvp(const Model& m, const Trace& trace, const Seed& seed, int n, int stop, b
     const Mat& x = trace.inputs[i];
     switch (op.kind) {
       case OpKind::residual_begin:
-        skips.push_back(d);
+        skips.push_back({d, d});
         break;
+      case OpKind::branch_next: {
+        Skip& s = skips.back();
+        if (d) s.sum = s.sum ? add(*s.sum, *d, N) : *d;
+        d = s.input;
+        break;
+      }
       case OpKind::residual_end: {
-        std::optional<Tangent> s = std::move(skips.back());
+        std::optional<Tangent> s = std::move(skips.back().sum);
         skips.pop_back();
         if (s) d = d ? add(*d, *s, N) : *s;
         break;
@@ -106,9 +117,11 @@ int trailing_cut(const Model& m, int start) {
   int open = 0;  // residual ends in the suffix whose begin lies after `start` and is not included
   for (int c = end - 1; c > start; --c) {
     const Op& op = m.ops[c];
+    // A parallel block is never part of the linear tail: where the seed is inside it, the tangent
+    // at a cut would miss the branches' sum.
     const bool linear_op = op.kind == OpKind::linear ||
                            (op.kind == OpKind::norm && op.norm == NormKind::batch_eval) ||
-                           op.kind == OpKind::residual_begin || op.kind == OpKind::residual_end;
+                           ((op.kind == OpKind::residual_begin || op.kind == OpKind::residual_end) && !op.parallel);
     if (!linear_op) break;
     if (op.kind == OpKind::residual_end && op.partner > start) ++open;
     if (op.kind == OpKind::residual_begin) --open;

@@ -39,9 +39,10 @@ struct Param {
 };
 
 struct LayerNode {
-  LayerConfig cfg;  // cfg.body is unused: see body
+  LayerConfig cfg;  // cfg.body and cfg.branches are unused: see body and branches
   std::vector<Param> params;
-  std::vector<LayerNode> body;
+  std::vector<LayerNode> body;                   // residual
+  std::vector<std::vector<LayerNode>> branches;  // parallel
   int in_width = 0, out_width = 0;
 
   Param* find(const std::string& local);
@@ -54,12 +55,29 @@ struct Network {
 };
 
 // Dotted names, as in a PyTorch state dict, made only by these functions: a top-level layer is
-// "layers.<i>", a layer of a residual body "<block>.body.<j>", a parameter "<layer>.<local>".
+// "layers.<i>", a layer of a residual body "<block>.body.<j>", a layer of a parallel's branch
+// "<block>.branches.<b>.<j>", a parameter "<layer>.<local>".
 // State-dict keys, safetensors keys, fold moves, report rows and the random streams of the
 // initial values all use them.
 inline constexpr const char* kTopLayers = "layers.";
 inline std::string layer_name(const std::string& seq_prefix, size_t i) { return seq_prefix + std::to_string(i); }
 inline std::string body_prefix(const std::string& layer) { return layer + ".body."; }
+inline std::string branch_prefix(const std::string& layer, size_t b) {
+  return layer + ".branches." + std::to_string(b) + ".";
+}
+
+// The layer sequences a node (LayerNode or LayerConfig) holds, in order: a residual's body, then
+// a parallel's branches. f(sequence, name prefix of its layers, branch index or -1 for a body).
+template <class Node, class F>
+void for_each_sequence(Node& node, const std::string& layer, F&& f) {
+  if (!node.body.empty()) f(node.body, body_prefix(layer), -1);
+  for (size_t b = 0; b < node.branches.size(); ++b) f(node.branches[b], branch_prefix(layer, b), static_cast<int>(b));
+}
+// The sequence for_each_sequence names with `branch`.
+template <class Node>
+auto& sequence_of(Node& node, int branch) {
+  return branch < 0 ? node.body : node.branches[static_cast<size_t>(branch)];
+}
 inline std::string param_name(const std::string& layer, const std::string& local) { return layer + "." + local; }
 
 // Every parameter and buffer of a layer tree with its dotted name, in declaration order (the
@@ -69,7 +87,7 @@ void visit_params(Nodes& nodes, F&& f, const std::string& seq_prefix = kTopLayer
   for (size_t i = 0; i < nodes.size(); ++i) {
     const std::string layer = layer_name(seq_prefix, i);
     for (auto& p : nodes[i].params) f(param_name(layer, p.local), p);
-    visit_params(nodes[i].body, f, body_prefix(layer));
+    for_each_sequence(nodes[i], layer, [&](auto& seq, const std::string& prefix, int) { visit_params(seq, f, prefix); });
   }
 }
 
@@ -88,7 +106,9 @@ std::vector<Param> declare_params(const LayerConfig& cfg, int in_width, int out_
 // Ops: the small vocabulary layer kinds compile to (cpp/layers/layer.hpp).
 struct LayerKind;
 struct Activation;
-enum class OpKind { linear, norm, activation, softmax, attention, glu, residual_begin, residual_end };
+// residual_begin and residual_end enclose a residual's body or a parallel's branches; between two
+// branches, branch_next adds the branch's output to the block's sum and restarts from its input.
+enum class OpKind { linear, norm, activation, softmax, attention, glu, residual_begin, residual_end, branch_next };
 enum class NormKind { layer, rms, batch_train, batch_eval, group, instance };
 
 struct Op {
@@ -118,7 +138,9 @@ struct Op {
   double rope_base = 10000.0;     // rope: angle of pair i at position t is t * base^(-2i/r)
   int wg = -1, bg = -1, wu = -1, bu = -1;                // glu: gate and up projections
   const Activation* act = nullptr;                       // activation, glu: the function
-  int partner = -1;                                      // residual: index of the matching marker
+  // residual_begin, residual_end: index of the matching marker; branch_next: of the block's end.
+  int partner = -1;
+  bool parallel = false;  // residual_begin, residual_end: of a parallel block (branch_next inside)
 };
 
 struct ModelParam {

@@ -66,12 +66,16 @@ BIASLAB_COLD void build_layers(const std::vector<LayerConfig>& cfgs, int width, 
     LayerNode node;
     node.cfg = cfgs[i];
     node.cfg.body.clear();
+    node.cfg.branches.clear();
     node.in_width = width;
     node.out_width = layer_out_width(cfgs[i], width);
     const std::string layer = layer_name(prefix, i);
     node.params = declare_params(node.cfg, node.in_width, node.out_width, seed, layer);
     if (layer_kind(cfgs[i].type).has_body)
       build_layers(cfgs[i].body, width, seed, body_prefix(layer), node.body);
+    node.branches.resize(cfgs[i].branches.size());
+    for (size_t b = 0; b < cfgs[i].branches.size(); ++b)
+      build_layers(cfgs[i].branches[b], width, seed, branch_prefix(layer, b), node.branches[b]);
     width = node.out_width;
     out.push_back(std::move(node));
   }
@@ -85,6 +89,8 @@ BIASLAB_COLD int sync_layers(std::vector<LayerNode>& nodes, int width, std::vect
     node.out_width = layer_out_width(node.cfg, width);
     LayerConfig c = node.cfg;
     if (layer_kind(node.cfg.type).has_body) sync_layers(node.body, width, c.body);
+    c.branches.resize(node.branches.size());
+    for (size_t b = 0; b < node.branches.size(); ++b) sync_layers(node.branches[b], width, c.branches[b]);
     width = node.out_width;
     cfgs.push_back(std::move(c));
   }
@@ -97,6 +103,7 @@ long count_layers(const std::vector<LayerNode>& nodes) {
     for (const auto& p : node.params)
       if (p.role != ParamRole::buffer) n += p.value.size();
     n += count_layers(node.body);
+    for (const auto& branch : node.branches) n += count_layers(branch);
   }
   return n;
 }
@@ -126,15 +133,9 @@ long count_parameters(const Network& net) { return count_layers(net.layers); }
 
 namespace {
 
-void compile_layers(Model& m, const std::vector<LayerNode>& nodes, const std::string& prefix);
-
-void compile_body(Model& m, const LayerNode& node, const std::string& name) {
-  compile_layers(m, node.body, body_prefix(name));
-}
-
 void compile_layers(Model& m, const std::vector<LayerNode>& nodes, const std::string& prefix) {
   for (size_t i = 0; i < nodes.size(); ++i) {
-    CompileContext ctx(m, nodes[i], layer_name(prefix, i), static_cast<int>(i), compile_body);
+    CompileContext ctx(m, nodes[i], layer_name(prefix, i), static_cast<int>(i), compile_layers);
     layer_kind(nodes[i].cfg.type).compile(ctx);
   }
 }

@@ -3,7 +3,7 @@ same name does (cpp/folds/folds.cpp). The exporter emits, after the "Exact folds
 helpers of the rules that apply to the config, and lists them in FOLDS.
 """
 from .head import torch, nn
-from .layers import RMSNorm, Residual
+from .layers import RMSNorm
 
 # @export fold_common
 
@@ -17,14 +17,18 @@ def bias_or_zero(linear):
 # @export feeder
 
 
-def feeder(seq, i):
-    """The module whose bias is added last before seq[i + 1]: a Linear, the projection a block
+def feeders(seq, i):
+    """The modules whose biases are added last before seq[i + 1]: a Linear, the projection a block
     writes its output with (WRITES: attention's o_proj, a GLU's down_proj), a norm's shift, or
-    (through a residual add, which passes it on) the last layer of a body."""
+    (through a residual add or a parallel block's sum, which pass them on) the last layer of a body
+    or of each branch. Only modules that have a bias."""
     layer = seq[i]
     if hasattr(layer, "body"):  # a Residual
-        return feeder(layer.body, len(layer.body) - 1)
-    return getattr(layer, layer.WRITES) if hasattr(layer, "WRITES") else layer
+        return feeders(layer.body, len(layer.body) - 1)
+    if hasattr(layer, "branches"):  # a Parallel
+        return [m for branch in layer.branches for m in feeders(branch, len(branch) - 1)]
+    module = getattr(layer, layer.WRITES) if hasattr(layer, "WRITES") else layer
+    return [module] if getattr(module, "bias", None) is not None else []
 # @export fold_norm_affine
 
 
@@ -105,20 +109,20 @@ def fold_value_bias(seq, i):
 
 
 def drop_bias_before_norm(seq, i):
-    """BatchNorm (train) and InstanceNorm subtract every feature's mean: the bias before them cancels."""
-    module = feeder(seq, i)
-    if isinstance(module, (nn.Linear, nn.LayerNorm)):
-        module.bias = None
-    else:  # a BatchNorm/GroupNorm/InstanceNorm shift is tied to its gain by affine=True
-        module.bias.zero_()
+    """BatchNorm (train) and InstanceNorm subtract every feature's mean: the biases before them cancel."""
+    for module in feeders(seq, i):
+        if isinstance(module, (nn.Linear, nn.LayerNorm)):
+            module.bias = None
+        else:  # a BatchNorm/GroupNorm/InstanceNorm shift is tied to its gain by affine=True
+            module.bias.zero_()
 # @export centre_bias_before_norm
 
 
 def centre_bias_before_norm(seq, i, groups):
     """LayerNorm and softmax cancel a bias's mean, GroupNorm each group's mean: remove them."""
-    bias = feeder(seq, i).bias
-    grouped = bias.view(groups, -1)
-    bias.copy_((grouped - grouped.mean(dim=1, keepdim=True)).reshape(-1))
+    for module in feeders(seq, i):
+        grouped = module.bias.view(groups, -1)
+        module.bias.copy_((grouped - grouped.mean(dim=1, keepdim=True)).reshape(-1))
 # @export merge_linear_linear
 
 
@@ -161,16 +165,20 @@ def layernorm_to_rmsnorm(seq, i):
 
 
 def centre_writers(seq, i):
-    """A run of residual blocks (each body beginning with a LayerNorm) and the LayerNorm after it read
-    the stream only through LayerNorms, which ignore each token's mean: the layer seq[i] when it
-    writes into the run, and each body's last layer, where they write through a projection, are
-    centred (TransformerLens center_writing_weights)."""
+    """A run of residual and parallel blocks (each body and branch beginning with a LayerNorm) and
+    the LayerNorm after it read the stream only through LayerNorms, which ignore each token's mean:
+    the layer seq[i] when it writes into the run, and the last layer of each body and branch, where
+    they write through a projection, are centred (TransformerLens center_writing_weights)."""
     writes = lambda layer: isinstance(layer, nn.Linear) or hasattr(layer, "WRITES")
-    start = i if isinstance(seq[i], Residual) else i + 1
+    block = lambda layer: hasattr(layer, "body") or hasattr(layer, "branches")  # Residual, Parallel
+    start = i if block(seq[i]) else i + 1
     end = start
-    while end < len(seq) and isinstance(seq[end], Residual):
+    while end < len(seq) and block(seq[end]):
         end += 1
-    layers = [seq[k] for k in range(i, start)] + [seq[b].body[-1] for b in range(start, end)]
+    layers = [seq[k] for k in range(i, start)]
+    for b in range(start, end):
+        sequences = [seq[b].body] if hasattr(seq[b], "body") else list(seq[b].branches)
+        layers += [s[-1] for s in sequences]
     for layer in layers:
         if writes(layer):
             centre_writer(layer)

@@ -190,11 +190,24 @@ class Residual(nn.Module):
         for layer in self.body:
             h = layer(h)
         return x + h
+# @export parallel
+
+
+class Parallel(nn.Module):
+    """x + sum of branch(x) over the branches (GPT-J, Pythia's parallel residual)."""
+
+    def __init__(self, branches):
+        super().__init__()
+        self.branches = nn.ModuleList(nn.Sequential(*branch) for branch in branches)
+
+    def forward(self, x):
+        return x + sum(branch(x) for branch in self.branches)
 # @export net
 
 
 class Net(nn.Module):
-    """The layer stack; parameter names are biaslab's (layers.0.body.1.k_proj.bias)."""
+    """The layer stack; parameter names are biaslab's (layers.0.body.1.k_proj.bias,
+    layers.1.branches.0.1.q_proj.weight)."""
 
     def __init__(self, layers):
         super().__init__()

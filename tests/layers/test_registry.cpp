@@ -28,8 +28,11 @@ TEST_CASE("registry: every kind compiles, explains itself to the script, and has
     CAPTURE(std::string(k->name));
     CHECK(static_cast<bool>(k->compile));
     CHECK(std::string(k->help).size() > 10);
-    // A kind with a body is written by the exporter around its body; every other writes itself.
-    CHECK((torch_writer(k->type) != nullptr) != k->has_body);
+    // A kind holding layers (a residual's body, a parallel's branches) is written by the exporter
+    // around them; every other writes itself.
+    bool holds_layers = k->has_body;
+    for (const LayerOption& o : k->options) holds_layers = holds_layers || o.spec.kind == SpecKind::branches;
+    CHECK((torch_writer(k->type) != nullptr) != holds_layers);
     // Its options' defaults are what make_layer gives and what printing leaves out: only "type".
     const LayerConfig l = make_layer(k->type);
     CHECK(layer_to_json(l) == Json{{"type", k->name}});

@@ -41,7 +41,7 @@ def schema_targets(biaslab):
                 values = ["grouped", "multi-query"]
             elif o["name"] == "hidden":
                 values = ["default", "narrow"]
-            elif o["type"] == "layers":
+            elif o["type"] in ("layers", "layer_lists"):
                 values = ["nested"]
             else:
                 raise SystemExit(f"configs.py does not know how to cover option {t['name']}.{o['name']} "
@@ -202,6 +202,11 @@ def used_targets(layers, width, found):
             found.add((kind, "body", "nested"))
             used_targets(layer["body"], width, found)
             continue
+        if kind == "parallel":
+            found.add((kind, "branches", "nested"))
+            for branch in layer["branches"]:
+                used_targets(branch, width, found)
+            continue
         options = dict(DEFAULTS.get(kind, {}))
         options.update({k: v for k, v in layer.items()
                         if k not in ("type", "out_features", "rotary_dim", "num_kv_heads", "hidden")})
@@ -221,6 +226,35 @@ def used_targets(layers, width, found):
 
 # Stacks that the folds and edge cases need for sure (random stacks may miss them).
 FIXED = [
+    # Parallel blocks (the generator never draws them, so that the random stacks stay as they were):
+    # Pythia's block with 25% rotary and ln_f, three branches with folds inside and a nested block,
+    # one branch (a residual), and a parallel inside a residual body before BatchNorm.
+    ("parallel-pythia", {"version": 1, "seed": 11, "dtype": "float32", "shape": {"batch": 2, "tokens": 6, "features": 16},
+                         "layers": [{"type": "parallel", "branches": [
+                                        [{"type": "layernorm"}, {"type": "attention", "num_heads": 2, "causal": True, "rope": True, "rotary_dim": 2}],
+                                        [{"type": "layernorm"}, {"type": "linear", "out_features": 32}, {"type": "gelu"}, {"type": "linear", "out_features": 16}]]},
+                                    {"type": "layernorm"}]}),
+    ("parallel-three-branches", {"version": 1, "seed": 12, "dtype": "float64", "shape": {"batch": 2, "tokens": 4, "features": 8},
+                                 "layers": [{"type": "linear"},
+                                            {"type": "parallel", "branches": [
+                                                [{"type": "linear", "out_features": 4}, {"type": "linear", "out_features": 8}],
+                                                [{"type": "rmsnorm"}, {"type": "glu", "hidden": 12, "bias": True}],
+                                                [{"type": "residual", "body": [{"type": "relu"}, {"type": "linear"}]},
+                                                 {"type": "parallel", "branches": [[{"type": "batchnorm", "mode": "eval"}, {"type": "linear"}], [{"type": "tanh"}]]}]]},
+                                            {"type": "layernorm", "elementwise_affine": False}, {"type": "gelu"}]}),
+    ("parallel-one-branch", {"version": 1, "seed": 13, "dtype": "float32", "shape": {"batch": 1, "tokens": 5, "features": 6},
+                             "layers": [{"type": "parallel", "branches": [[{"type": "attention", "num_heads": 2}]]}, {"type": "softmax"}]}),
+    ("parallel-before-norms", {"version": 1, "seed": 15, "dtype": "float64", "shape": {"batch": 2, "tokens": 4, "features": 6},
+                               "layers": [{"type": "parallel", "branches": [[{"type": "linear"}], [{"type": "relu"}],
+                                                                            [{"type": "gelu"}, {"type": "residual", "body": [{"type": "linear"}]}]]},
+                                          {"type": "batchnorm"}, {"type": "linear"},
+                                          {"type": "parallel", "branches": [[{"type": "layernorm"}], [{"type": "linear", "bias": False}, {"type": "rmsnorm"}], [{"type": "linear"}]]},
+                                          {"type": "groupnorm", "num_groups": 2}]}),
+    ("parallel-in-residual", {"version": 1, "seed": 14, "dtype": "float64", "shape": {"batch": 3, "tokens": 3, "features": 8},
+                              "layers": [{"type": "residual", "body": [
+                                             {"type": "parallel", "branches": [[{"type": "linear"}], [{"type": "silu"}, {"type": "linear", "bias": False}]]},
+                                             {"type": "linear"}]},
+                                         {"type": "batchnorm"}, {"type": "linear", "out_features": 4}]}),
     ("fold-merge-linear-linear", {"version": 1, "seed": 1, "dtype": "float64", "shape": {"batch": 2, "tokens": 3, "features": 6},
                                   "layers": [{"type": "linear", "out_features": 4}, {"type": "linear", "out_features": 8, "bias": False}, {"type": "softmax"}]}),
     ("fold-batchnorm-eval-linear", {"version": 1, "seed": 2, "dtype": "float64", "shape": {"batch": 2, "tokens": 4, "features": 8},
