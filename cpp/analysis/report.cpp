@@ -159,7 +159,7 @@ BIASLAB_COLD json sweep_json(const Sweep& sweep) {
           {"series", series}};
 }
 
-// Every layer of the tree in order (bodies after their block), with its widths and every
+// Every layer of the tree in order (bodies and branches after their block), with its widths and every
 // parameter and buffer it declares: what the page draws, without a second list of declarations.
 BIASLAB_COLD void layers_json(const std::vector<LayerNode>& nodes, const std::string& seq_prefix, json& out) {
   for (size_t i = 0; i < nodes.size(); ++i) {
@@ -172,7 +172,7 @@ BIASLAB_COLD void layers_json(const std::vector<LayerNode>& nodes, const std::st
     }
     out.push_back({{"name", name}, {"type", layer_type_name(n.cfg.type)}, {"in", n.in_width},
                    {"out", n.out_width}, {"params", params}});
-    layers_json(n.body, body_prefix(name), out);
+    for_each_sequence(n, name, [&](const std::vector<LayerNode>& seq, const std::string& prefix, int) { layers_json(seq, prefix, out); });
   }
 }
 

@@ -106,6 +106,12 @@ TEST_CASE("parallel: names follow the state dict, layers.<i>.branches.<b>.<j>") 
   CHECK(b.model.find_param("layers.0.branches.0.0.weight") >= 0);
   CHECK(b.model.find_param("layers.0.branches.2.2.bias") >= 0);
   CHECK(b.model.params.size() == 6);
+  // The report's list of layers (what the page draws) has every branch's layers, after the block.
+  const json r = report_of(net(1, 2, 4, kThree), false);
+  std::vector<std::string> layers;
+  for (const json& l : r.at("layers")) layers.push_back(l.at("name"));
+  CHECK(layers == std::vector<std::string>{"layers.0", "layers.0.branches.0.0", "layers.0.branches.1.0", "layers.0.branches.2.0",
+                                           "layers.0.branches.2.1", "layers.0.branches.2.2"});
 }
 
 TEST_CASE("parallel: a bias in an early branch of a final all-linear block reaches the output") {
