@@ -1,7 +1,8 @@
 // The four articles biaslab grew out of (Chinese blog posts, not linked: the page fetches nothing
 // from other hosts) and what each one claims, in our own words, with the presets that check each
-// claim. The presets' own sentences come from the engine (presets()); this table only links
-// them to the claims. Pure data; no DOM (test/node/articles.test.js checks every preset name).
+// claim. The presets' own sentences come from the engine (presets(), read by the page's build);
+// this table only links them to the claims. Pure data; no DOM (test/node/articles.test.js checks
+// every preset name).
 
 /** @typedef {{id: string, text: string, presets: string[]}} Claim */
 /** @typedef {{n: number, title: string, gloss: string, author: string | null, claims: Claim[]}} Article */
@@ -14,7 +15,7 @@ export const ARTICLES = [
     gloss: 'Should a fully connected layer keep its bias? A study',
     author: '朱梦 (Zhu Meng)',
     claims: [
-      { id: '1.1', text: 'A bias on the key projection shifts every attention score of a query by the same amount, and softmax ignores such a shift: the key bias is strictly redundant. The query bias is not.', presets: ['article1-qk-softmax', 'default', 'causal-decoder-layer', 'prenorm-transformer-rope', 'gpt2-block', 'qwen2-block', 'gpt-oss-block'] },
+      { id: '1.1', text: 'A bias on the key projection shifts every attention score of a query by the same amount, and softmax ignores such a shift: the key bias is strictly redundant. The query bias is not.', presets: ['article1-qk-softmax', 'default', 'causal-decoder-layer', 'prenorm-transformer-rope', 'gpt2-block', 'qwen2-block', 'gpt-oss-block', 'pythia-block'] },
       { id: '1.2', text: 'A Linear bias directly before BatchNorm in training mode is strictly redundant: the batch mean of each feature takes it away.', presets: ['article1-linear-batchnorm', 'norm-zoo'] },
       { id: '1.3', text: 'Before LayerNorm the bias is only "not strictly" redundant. Made precise here: exactly one direction of it (its mean over the features) cancels, the rest matters.', presets: ['article1-linear-layernorm', 'norm-zoo'] },
       { id: '1.4', text: 'Common practice: in a pre-norm block only the key bias is redundant; in a post-norm block the attention biases are usually of little use. The page says which directions exactly.', presets: ['prenorm-transformer', 'postnorm-transformer', 'default', 'gpt2-block', 'bert-layer'] },
@@ -27,7 +28,7 @@ export const ARTICLES = [
     author: null,
     claims: [
       { id: '2.1', text: 'Attention without positional information does not care about the order of keys and values (permuting them together changes nothing), and reordering the queries reorders the output the same way. A causal mask or rotary positions break this.', presets: ['default', 'prenorm-transformer-rope', 'causal-decoder-layer', 'llama-block'] },
-      { id: '2.2', text: 'The key bias cancels inside softmax; the value bias comes out of attention as the same vector for every token, so it can move into the output bias.', presets: ['article2-all-biases', 'default', 'gpt2-block', 'bert-layer', 'qwen2-block', 'gpt-oss-block'] },
+      { id: '2.2', text: 'The key bias cancels inside softmax; the value bias comes out of attention as the same vector for every token, so it can move into the output bias.', presets: ['article2-all-biases', 'default', 'gpt2-block', 'bert-layer', 'qwen2-block', 'gpt-oss-block', 'pythia-block'] },
       { id: '2.3', text: 'A float32 check (1024 features, 32 heads, 16 tokens) changes the output only at rounding level when the key bias changes: a mean difference of about 1e-8, not zero.', presets: ['article2-key-bias'] },
     ],
   },
@@ -47,7 +48,7 @@ export const ARTICLES = [
     gloss: 'Rewriting a LayerNorm followed by a Linear layer',
     author: '采石工 (“the quarryman”, a pen name)',
     claims: [
-      { id: '4.1', text: 'The gain and shift of a LayerNorm can be moved into the Linear layer after it (its weight scaled by the gain, the shift pushed through the weight into its bias), leaving a LayerNorm without parameters and the same output.', presets: ['article4-layernorm-linear', 'default', 'prenorm-transformer', 'gpt2-block', 'llama-block'] },
+      { id: '4.1', text: 'The gain and shift of a LayerNorm can be moved into the Linear layer after it (its weight scaled by the gain, the shift pushed through the weight into its bias), leaving a LayerNorm without parameters and the same output.', presets: ['article4-layernorm-linear', 'default', 'prenorm-transformer', 'gpt2-block', 'llama-block', 'pythia-block'] },
     ],
   },
 ];

@@ -2,6 +2,8 @@
 // history. Views never change the config in place: they dispatch an edit such as
 //
 //   {op: 'add_layer', path: 'layers[0].body', type: 'linear'}     append to a layer list
+//   {op: 'add_branch', path: 'layers[0].branches'}                 append a one-layer branch
+//   {op: 'remove_layer', path: 'layers[0].branches[1]'}            (also) remove a branch
 //   {op: 'remove_layer', path: 'layers[2]'}
 //   {op: 'move_layer', path: 'layers[2]', by: -1}                  up (-1) or down (+1)
 //   {op: 'set_type', path: 'layers[2]', type: 'gelu'}              a new layer of that type
@@ -12,7 +14,7 @@
 // and main.js hands it to dispatch(). Paths are the engine's JSON paths, as the form's
 // data-path attributes. An edit that does not apply (unknown op, a path to nothing, a move past
 // an end) leaves the config as it is: bad input never throws. Pure; no DOM (test/node/edits.test.js).
-import { new_layer, parse_path, get_path } from './experiment.js';
+import { new_layer, new_branch, parse_path, get_path } from './experiment.js';
 
 export const HISTORY_STEPS = 200; // undo steps kept
 
@@ -50,6 +52,12 @@ function change(schema, config, edit) {
       const list = get_path(config, edit.path);
       if (!Array.isArray(list) || !known(edit.type)) return false;
       list.push(new_layer(schema, edit.type));
+      return true;
+    }
+    case 'add_branch': {
+      const lists = get_path(config, edit.path);
+      if (!Array.isArray(lists) || !lists.every(Array.isArray)) return false;
+      lists.push(new_branch(schema));
       return true;
     }
   }

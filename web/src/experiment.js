@@ -4,7 +4,7 @@
 // this module directly.
 
 /**
- * @typedef {{name: string, type: 'bool'|'int'|'number'|'enum'|'layers', default?: any,
+ * @typedef {{name: string, type: 'bool'|'int'|'number'|'enum'|'layers'|'layer_lists', default?: any,
  *            default_note?: string, min?: number, max?: number, exclusive_min?: number,
  *            values?: string[], unit?: string, help: string, min_items?: number}} OptionSpec
  * @typedef {{version: number, fields: OptionSpec[],
@@ -47,14 +47,20 @@ export function option_value(layer, spec) {
   return Object.prototype.hasOwnProperty.call(layer, spec.name) ? layer[spec.name] : spec.default ?? null;
 }
 
-/** A new layer of `type` with every option at its default; a residual gets a one-layer body. */
+/** A new layer of `type` with every option at its default; a residual gets a one-layer body, a
+ * parallel two one-layer branches. */
 export function new_layer(schema, type) {
   /** @type {Layer} */
   const layer = { type };
-  for (const spec of layer_type(schema, type)?.options ?? [])
+  for (const spec of layer_type(schema, type)?.options ?? []) {
     if (spec.type === 'layers') layer[spec.name] = [new_layer(schema, schema.layer_types[0].name)];
+    if (spec.type === 'layer_lists') layer[spec.name] = [new_branch(schema), new_branch(schema)];
+  }
   return layer;
 }
+
+/** A new branch of a parallel: one layer of the first type. */
+export const new_branch = (schema) => [new_layer(schema, schema.layer_types[0].name)];
 
 /**
  * A layer with only the values that differ from the schema defaults, keys in schema order
@@ -72,6 +78,7 @@ export function minimal_layer(schema, layer) {
     if (!Object.prototype.hasOwnProperty.call(layer, spec.name)) continue;
     const v = layer[spec.name];
     if (spec.type === 'layers') out[spec.name] = Array.isArray(v) ? v.map((l) => minimal_layer(schema, l)) : v;
+    else if (spec.type === 'layer_lists') out[spec.name] = Array.isArray(v) ? v.map((list) => (Array.isArray(list) ? list.map((l) => minimal_layer(schema, l)) : list)) : v;
     else if (!(spec.default !== null && spec.default !== undefined && v === spec.default)) out[spec.name] = v;
   }
   for (const key of Object.keys(layer)) if (!(key in out) && key !== 'type' && !info.options.some((o) => o.name === key)) out[key] = layer[key];
@@ -136,6 +143,7 @@ export function format_config(config) {
   const layers = (list, indent) => {
     if (!Array.isArray(list) || list.length === 0) return JSON.stringify(list);
     const lines = list.map((l) => {
+      if (Array.isArray(l) && l.some((x) => x && typeof x === 'object')) return pad(indent) + layers(l, indent + 2); // a branch
       if (l && typeof l === 'object' && !Array.isArray(l)) {
         const nested = Object.entries(l).filter(([, v]) => Array.isArray(v) && v.some((x) => x && typeof x === 'object'));
         if (nested.length) {

@@ -185,6 +185,10 @@ function layer_item(schema, layers, i, path, width, edit) {
   const options = [];
   let body = null;
   for (const spec of info?.options ?? []) {
+    if (spec.type === 'layer_lists') {
+      body = branches_editor(schema, layer[spec.name], [...path, spec.name], spec, width?.in ?? 0, edit);
+      continue;
+    }
     if (spec.type === 'layers') {
       // Anything but a list stays as the reader wrote it (the engine names the problem); turning
       // it into [] here once made the engine report an empty list instead.
@@ -216,6 +220,49 @@ function layer_item(schema, layers, i, path, width, edit) {
   );
 }
 
+/** A parallel's branches: each a layer list of its own, with a button that removes the branch
+ * (while more than one is left), and one that adds a branch. */
+function branches_editor(schema, lists, path, spec, width, edit) {
+  const p = format_path(path);
+  const name = dotted_path(path);
+  if (!Array.isArray(lists) || !lists.every(Array.isArray))
+    return h('div', { class: 'layer-body' }, h('p', { class: 'warn', dataset: { path: p } }, `${spec.name} is not a list of layer lists; fix it in the JSON.`));
+  const branch = (list, b) => {
+    const bp = [...path, b];
+    const remove = h(
+      'button',
+      {
+        type: 'button',
+        class: 'icon remove',
+        title: 'Remove this branch',
+        'aria-label': `Remove branch ${dotted_path(bp)}`,
+        disabled: lists.length < 2,
+        dataset: { focus: `${format_path(bp)}:remove-branch` },
+        onclick: () => edit({ action: { op: 'remove_layer', path: format_path(bp) }, structural: true, immediate: true, focus: `${p}:add-branch` }),
+      },
+      '✕',
+    );
+    return h(
+      'li',
+      { class: 'layer-branch', dataset: { path: format_path(bp) } },
+      h('div', { class: 'layer-body-label' }, h('span', {}, `branch ${b}`), ' ', remove),
+      layer_list(schema, list, bp, width, edit),
+    );
+  };
+  const add = h(
+    'button',
+    { type: 'button', class: 'add-layer', dataset: { focus: `${p}:add-branch` }, 'aria-label': `Add a branch to ${name}`, onclick: () => edit({ action: { op: 'add_branch', path: p }, structural: true, immediate: true, focus: `${p}:add-branch` }) },
+    '+ Add branch',
+  );
+  return h(
+    'div',
+    { class: 'layer-body layer-branches' },
+    h('div', { class: 'layer-body-label' }, `${spec.name} — ${spec.help}`),
+    h('ol', { class: 'branch-list', dataset: { path: p } }, lists.map(branch)),
+    h('div', { class: 'add-row' }, add),
+  );
+}
+
 const width_text = (w) => (w && w.in !== w.out ? `${w.in} → ${w.out}` : w ? `${w.in}` : '');
 
 /** JSON path of every layer -> its width label, walking lists and bodies as the form does. */
@@ -225,7 +272,11 @@ function width_labels(schema, layers, path, width, out = new Map()) {
   layers.forEach((layer, i) => {
     out.set(format_path([...path, i]), width_text(widths[i]));
     const info = layer && typeof layer === 'object' ? layer_type(schema, layer.type) : null;
-    for (const spec of info?.options ?? []) if (spec.type === 'layers') width_labels(schema, layer[spec.name], [...path, i, spec.name], widths[i]?.in ?? 0, out);
+    for (const spec of info?.options ?? []) {
+      if (spec.type === 'layers') width_labels(schema, layer[spec.name], [...path, i, spec.name], widths[i]?.in ?? 0, out);
+      if (spec.type === 'layer_lists' && Array.isArray(layer[spec.name]))
+        layer[spec.name].forEach((list, b) => width_labels(schema, list, [...path, i, spec.name, b], widths[i]?.in ?? 0, out));
+    }
   });
   return out;
 }

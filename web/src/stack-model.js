@@ -33,7 +33,7 @@ function declared_parameters(report) {
 
 /**
  * @typedef {{name: string, index: number, type: string, help: string, shape: {in: number, out: number},
- *            params: Param[], body: LayerNode[] | null}} LayerNode
+ *            params: Param[], body: LayerNode[] | null, branches: LayerNode[][] | null}} LayerNode
  */
 
 /**
@@ -54,6 +54,8 @@ export function stack_model(schema, config, report = null) {
       const own = declared.get(name) ?? [];
       for (const p of own) params.set(p.name, p);
       const body_spec = info?.options.find((o) => o.type === 'layers');
+      const branch_spec = info?.options.find((o) => o.type === 'layer_lists');
+      const lists = branch_spec && Array.isArray(layer[branch_spec.name]) ? layer[branch_spec.name] : null;
       return {
         name,
         index: i,
@@ -62,6 +64,7 @@ export function stack_model(schema, config, report = null) {
         shape,
         params: own,
         body: body_spec ? build(layer[body_spec.name], `${name}.${body_spec.name}`, shape.in) : null,
+        branches: lists ? lists.map((list, b) => build(list, `${name}.${branch_spec.name}.${b}`, shape.in)) : null,
       };
     });
   };
@@ -87,7 +90,7 @@ export function stack_model(schema, config, report = null) {
 function deepest_layer(layers, name) {
   for (const l of layers) {
     if (!name.startsWith(`${l.name}.`)) continue;
-    return (l.body && deepest_layer(l.body, name)) || l;
+    return (l.body && deepest_layer(l.body, name)) || (l.branches ?? []).reduce((found, b) => found || deepest_layer(b, name), null) || l;
   }
   return null;
 }

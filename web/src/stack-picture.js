@@ -58,6 +58,20 @@ export function render_stack(report, { schema, on_select = () => {} }) {
       h('span', { class: 'stack-shape', title: 'tokens × features, in → out' }, shape),
     );
     const params = l.params.length ? h('div', { class: 'stack-params' }, l.params.map(chip)) : null;
+    if (l.branches)
+      return h(
+        'li',
+        { class: 'stack-layer stack-residual stack-parallel', dataset: { layer: l.name }, 'aria-label': `${l.name}: ${l.type}, ${shape}: x + the sum of its branches` },
+        head,
+        params,
+        h(
+          'div',
+          { class: 'stack-branch' },
+          h('div', { class: 'stack-skip', title: 'the skip connection carries x past the branches' }, h('span', {}, 'skip')),
+          h('div', { class: 'stack-branches' }, l.branches.map((b, i) => h('ol', { class: 'stack-list stack-body', 'aria-label': `${l.name}.branches.${i}` }, b.map(layer)))),
+        ),
+        h('div', { class: 'stack-join', 'aria-hidden': 'true' }, `⊕ x + ${l.branches.map((_, i) => `branch ${i}(x)`).join(' + ')}`),
+      );
     if (!l.body) return h('li', { class: 'stack-layer', dataset: { layer: l.name }, 'aria-label': `${l.name}: ${l.type}, ${shape}` }, head, params);
     return h(
       'li',

@@ -318,3 +318,33 @@ test('editing: the RoPE options are off until rope is on, then take a value', as
   assert.match(await page.inputValue('#config-json'), /"rotary_dim": 8/);
   assert.deepEqual(problems, []);
 });
+
+test('editing: a parallel block in the form: branches added, edited and removed, named as in the tables', async () => {
+  const { page, problems } = await env.open();
+  await after_analysis(page, () => page.selectOption('#preset', 'pythia-block'));
+  const branches = page.locator('li.layer-parallel .layer-branch');
+  assert.equal(await branches.count(), 2, 'pythia-block has two branches');
+  assert.ok((await bias_names(page)).includes('layers.0.branches.1.3.bias'));
+  // A third branch: one Linear, whose bias gets a row under its state-dict name.
+  await after_analysis(page, () => page.click('li.layer-parallel button:has-text("+ Add branch")'));
+  assert.equal(await branches.count(), 3);
+  assert.ok((await bias_names(page)).includes('layers.0.branches.2.0.bias'), (await bias_names(page)).join(', '));
+  // Its out_features typed in place: the engine names the branch that no longer ends at the width.
+  const box = page.locator('[data-path="layers[0].branches[2][0].out_features"]');
+  await box.fill('8');
+  await page.locator('li.layer-parallel .inline-error').waitFor();
+  const message = await page.locator('li.layer-parallel .inline-error').innerText();
+  assert.match(message, /layers\.0\.branches\.2/);
+  assert.match(message, /changes the width from 96 to 8/);
+  assert.equal(await box.inputValue(), '8', 'the box keeps what was typed');
+  // Removing the branch brings the preset back, and the menu names it again.
+  await after_analysis(page, () => page.click('[data-focus="layers[0].branches[2]:remove-branch"]'));
+  assert.equal(await branches.count(), 2);
+  assert.equal(await page.locator('#preset').inputValue(), 'pythia-block');
+  // A new parallel layer starts with two one-layer branches.
+  await page.selectOption('[data-focus="layers:add-type"]', 'parallel');
+  await after_analysis(page, () => page.click('[data-focus="layers:add"]'));
+  assert.equal(await page.locator('li.layer-parallel').count(), 2);
+  assert.equal(await page.locator('li.layer-parallel').nth(1).locator('.layer-branch').count(), 2);
+  assert.deepEqual(problems, []);
+});

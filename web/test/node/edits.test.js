@@ -6,7 +6,9 @@ import assert from 'node:assert/strict';
 import { load_engine } from '../support/engine.js';
 import { apply_edit, create_store, dispatch, can_undo, can_redo, HISTORY_STEPS } from '../../src/edits.js';
 
-const schema = (await load_engine()).schema();
+const engine = await load_engine();
+const schema = engine.schema();
+const engine_preset = (name) => engine.presets().find((p) => p.name === name).config;
 const base = () => ({ version: 1, seed: 7, shape: { batch: 2, tokens: 16, features: 64 }, layers: [{ type: 'residual', body: [{ type: 'layernorm' }, { type: 'attention' }] }, { type: 'linear', out_features: 64 }] });
 const frozen = (o) => {
   Object.freeze(o);
@@ -116,4 +118,26 @@ test(`edits: the history keeps the last ${HISTORY_STEPS} steps`, () => {
   for (let i = 1; i <= HISTORY_STEPS + 20; i++) s = dispatch(schema, s, { op: 'set_field', name: 'seed', value: i });
   assert.equal(s.history.past.length, HISTORY_STEPS);
   assert.equal(JSON.parse(s.history.past[0]).seed, 20);
+});
+
+test('edits: a parallel block starts with two branches; branches are added and removed as lists', () => {
+  const first = schema.layer_types[0].name;
+  const c = frozen({ version: 1, layers: [{ type: 'parallel', branches: [[{ type: 'relu' }], [{ type: 'gelu' }, { type: 'linear' }]] }] });
+  assert.deepEqual(apply_edit(schema, c, { op: 'add_layer', path: 'layers', type: 'parallel' }).layers[1], { type: 'parallel', branches: [[{ type: first }], [{ type: first }]] });
+  assert.deepEqual(apply_edit(schema, c, { op: 'add_branch', path: 'layers[0].branches' }).layers[0].branches.at(-1), [{ type: first }]);
+  assert.deepEqual(apply_edit(schema, c, { op: 'remove_layer', path: 'layers[0].branches[0]' }).layers[0].branches, [[{ type: 'gelu' }, { type: 'linear' }]]);
+  assert.deepEqual(apply_edit(schema, c, { op: 'add_layer', path: 'layers[0].branches[1]', type: 'tanh' }).layers[0].branches[1].at(-1), { type: 'tanh' });
+  assert.deepEqual(apply_edit(schema, c, { op: 'move_layer', path: 'layers[0].branches[1][1]', by: -1 }).layers[0].branches[1].map((l) => l.type), ['linear', 'gelu']);
+  // A branch is not a layer list to add a branch to, and a layer list is not a list of branches.
+  assert.equal(apply_edit(schema, c, { op: 'add_branch', path: 'layers[0].branches[0]' }), c);
+  assert.equal(apply_edit(schema, c, { op: 'add_branch', path: 'layers' }), c);
+});
+
+test('edits: the editor text of a parallel block puts one layer per line inside each branch and reads back', async () => {
+  const { format_config, canonical_config } = await import('../../src/experiment.js');
+  const config = canonical_config(schema, JSON.parse(engine_preset('pythia-block')));
+  const text = format_config(config);
+  assert.deepEqual(JSON.parse(text), config);
+  const attention_line = text.split('\n').find((l) => l.includes('"attention"'));
+  assert.ok(attention_line && !attention_line.includes('"layernorm"'), `one layer per line:\n${text}`);
 });

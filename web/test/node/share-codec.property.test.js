@@ -109,17 +109,20 @@ function option_value(spec) {
   }
 }
 
-/** Random layers of the engine's schema; residual bodies nest up to `depth`. */
+/** Random layers of the engine's schema; residual bodies and parallel branches nest up to `depth`. */
 function layers_of(depth) {
+  const nested = (o) => o.type === 'layers' || o.type === 'layer_lists';
   const kinds = schema.layer_types.map((t) => {
     const opts = {};
     for (const o of t.options) {
       if (o.type === 'layers') {
         if (depth > 0) opts[o.name] = layers_of(depth - 1).filter((l) => l.length >= (o.min_items ?? 1));
+      } else if (o.type === 'layer_lists') {
+        if (depth > 0) opts[o.name] = fc.array(layers_of(depth - 1), { minLength: o.min_items ?? 1, maxLength: 3 });
       } else opts[o.name] = option_value(o);
     }
-    const required = t.options.filter((o) => o.type === 'layers').map((o) => o.name);
-    if (required.some((n) => !(n in opts))) return null; // a residual at the depth limit
+    const required = t.options.filter(nested).map((o) => o.name);
+    if (required.some((n) => !(n in opts))) return null; // a residual or parallel at the depth limit
     return fc.record(opts, { requiredKeys: required }).map((o) => ({ type: t.name, ...o }));
   }).filter(Boolean);
   return fc.array(fc.oneof(...kinds), { minLength: 1, maxLength: depth > 1 ? 6 : 3 });
