@@ -7,6 +7,7 @@ import { defineConfig } from 'vite';
 import { katex_prerender } from './tools/katex-prerender.js';
 import { minify_loader } from './tools/minify-loader.js';
 import { preload_engine } from './tools/preload-engine.js';
+import { presets_module } from './tools/presets-module.js';
 
 const here = fileURLToPath(new URL('.', import.meta.url));
 // scripts/build-web.sh sets BIASLAB_WASM_DIR; the default is the emcmake build directory.
@@ -17,6 +18,7 @@ export default defineConfig({
   resolve: { alias: { '@wasm': wasm_dir } },
   plugins: [
     katex_prerender({ wasm_dir }), // formulas typeset here: no KaTeX JS in the page
+    presets_module({ wasm_dir }), // the presets as page modules: none of their text in the page's engine
     minify_loader({ names: ['biaslab.js', 'biaslab-export.js'] }),
     preload_engine({ name: 'biaslab.wasm' }),
   ],

@@ -4,17 +4,19 @@
 // Nothing here throws to JS: analyze_text and export_torch_bundle report every failure as JSON.
 //
 // The module's methods (the same names, arguments and answers as before embind):
-//   analyze(config)                                            -> report
+//   analyze(config)                                            -> report (Node build only)
 //   analyzeWithCallbacks(config[, {progress(step, fraction), cancelled()}])  -> report
-//   presets(), schema(), version()                             -> text
+//   schema(), version()                                        -> text
+//   presets()                                                  -> text (Node build only)
 //   exportTorch(config[, title])                               -> {ok, script, weights_base64} or {ok:false, error}
 //   foldRules()                                                -> the fold rules (Node build only)
 // embind checks a call's argument count, so the optional arguments are overloads by arity.
 //
 // One source, three modules (cpp/wasm/CMakeLists.txt): the page's engine (BIASLAB_WASM_ANALYZE:
-// analyses, presets, schema), the PyTorch export that the page loads only when asked for it
+// analyses and the schema), the PyTorch export that the page loads only when asked for it
 // (BIASLAB_WASM_EXPORT), and the Node build for the tests and the page's build (both, plus
-// foldRules). The linker drops what a module does not bind.
+// presets and foldRules, which the page's build turns into page modules). The linker drops what
+// a module does not bind.
 #include <emscripten/bind.h>
 #include <emscripten/val.h>
 
@@ -55,14 +57,16 @@ std::string analyze_with_callbacks(const std::string& config, val callbacks) {
 
 std::string analyze(const std::string& config) { return biaslab::analyze_text(config, {}).dump(); }
 
+std::string schema() { return biaslab::config_schema().dump(); }
+#endif
+
+#ifdef BIASLAB_WASM_NODE
 std::string presets() {
   json list = json::array();
   for (const auto& p : biaslab::presets())
     list.push_back({{"name", p.name}, {"title", p.title}, {"claim", p.claim}, {"config", p.config}});
   return list.dump();
 }
-
-std::string schema() { return biaslab::config_schema().dump(); }
 #endif
 
 #ifdef BIASLAB_WASM_EXPORT
@@ -91,10 +95,8 @@ std::string fold_rules() {
 EMSCRIPTEN_BINDINGS(biaslab) {
   using emscripten::function;
 #ifdef BIASLAB_WASM_ANALYZE
-  function("analyze", &analyze);
   function("analyzeWithCallbacks", &analyze_with_callbacks);
   function("analyzeWithCallbacks", &analyze);
-  function("presets", &presets);
   function("schema", &schema);
 #endif
 #ifdef BIASLAB_WASM_EXPORT
@@ -103,6 +105,10 @@ EMSCRIPTEN_BINDINGS(biaslab) {
 #endif
   function("version", &version);
 #ifdef BIASLAB_WASM_NODE
+  // The page's worker calls only analyzeWithCallbacks. The page's build reads the presets from
+  // here (web/tools/presets-module.js); the page's engine carries none of their text.
+  function("analyze", &analyze);
+  function("presets", &presets);
   function("foldRules", &fold_rules);
 #endif
 }

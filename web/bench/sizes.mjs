@@ -43,6 +43,11 @@ export function kind(file) {
   // articles' claims panel: fetched once the engine has started.
   if (/stack-picture[^/]*\.js$/.test(file)) return 'on demand';
   if (/claims[^/]*\.js$/.test(file)) return 'on demand';
+  // Every preset's sentence and config (the menu and the default experiment are in the page's
+  // script): fetched once the engine has started, or when a preset is chosen before that.
+  if (/_presets[^/]*\.js$/.test(file)) return 'on demand';
+  // The fold rules' typeset formulas: fetched as the page starts; only the folds table shows them.
+  if (/formulas[^/]*\.js$/.test(file)) return 'on demand';
   if (/\.wasm$/.test(file)) return 'wasm';
   if (/biaslab-[^/]*\.js$|\/biaslab\.js$/.test(file)) return 'loader';
   if (/\.m?js$/.test(file)) return 'js';
@@ -80,6 +85,10 @@ export function size_markdown(rows) {
   if (stack.length) out.push(line('stack picture, fetched when the first picture is drawn', sum(stack)));
   const claims = later.filter((r) => /claims/.test(r.file));
   if (claims.length) out.push(line("the articles' claims, fetched once the engine has started", sum(claims)));
+  const presets = later.filter((r) => /_presets/.test(r.file));
+  if (presets.length) out.push(line("every preset's sentence and config, fetched once the engine has started", sum(presets)));
+  const formulas = later.filter((r) => /formulas/.test(r.file));
+  if (formulas.length) out.push(line("the fold rules' typeset formulas, fetched as the page starts (the folds table)", sum(formulas)));
   return out.join('\n');
 }
 

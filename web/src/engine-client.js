@@ -62,7 +62,7 @@ export class EngineClient {
     });
     const ready = await this.#spawn(compiled);
     performance.mark('biaslab:engine-ready');
-    return { version: ready.version, schema: JSON.parse(ready.schema), presets: JSON.parse(ready.presets) };
+    return { version: ready.version, schema: JSON.parse(ready.schema) };
   }
 
   /**

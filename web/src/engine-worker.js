@@ -7,7 +7,7 @@
 //               {type:'init', glue_url, wasm_module}   {type:'analyze', id, config}
 //               {type:'export', id, config, title, glue_url, wasm_module}  (the PyTorch export's
 //                module: a second, smaller engine that the page fetches on the first export)
-// Messages out: {type:'ready', version, schema, presets}  (schema, presets: JSON text)
+// Messages out: {type:'ready', version, schema}  (schema: JSON text; the presets are page modules)
 //               {type:'progress', id, step, fraction}
 //               {type:'result', id, report, ms}         (report: JSON text)
 //               {type:'exported', id, bundle}           (bundle: JSON text)
@@ -59,7 +59,7 @@ function boot({ glue_url, wasm_module }) {
   return instantiate(self.createBiaslab, wasm_module).then(
     (m) => {
       // boot_ms: since this worker started (its performance.now() origin), for the page's timings.
-      self.postMessage({ type: 'ready', version: m.version(), schema: m.schema(), presets: m.presets(), boot_ms: performance.now() });
+      self.postMessage({ type: 'ready', version: m.version(), schema: m.schema(), boot_ms: performance.now() });
       return m;
     },
     (e) => {

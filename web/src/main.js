@@ -20,6 +20,12 @@ import { render_results, refresh_plot } from './results.js';
 import { h, clear, copy_text, download } from './dom.js';
 import { start_embed } from './embed.js';
 import { render_glossary, wire_term_tips, prefetch_glossary } from './glossary.js';
+// The preset menu and the default experiment; every preset's sentence and config come in their
+// own module, fetched at start but outside the first load (tools/presets-module.js).
+import preset_index, { first as first_preset } from 'virtual:preset-index';
+
+let presets_module = null;
+const all_presets = () => (presets_module ??= import('virtual:presets'));
 
 const $ = (id) => document.getElementById(id);
 const params = new URLSearchParams(location.search);
@@ -105,8 +111,16 @@ async function boot() {
     return;
   }
   state.schema = info.schema;
-  state.presets = info.presets;
+  // Until every preset has landed, only the default has its sentence and config.
+  state.presets = preset_index.map((p) => (p.name === first_preset.name ? first_preset : p));
   state.version = info.version;
+  all_presets().then((m) => {
+    state.presets = m.default;
+    preset_match.key = null;
+    shown.presets = null;
+    note_preset();
+    render();
+  });
   $('version').textContent = info.version;
   // The articles' claims (their panel and a preset's links to them) come in their own module,
   // fetched now but outside the first load's budget; the preset line gains its links when it lands.
@@ -127,8 +141,7 @@ async function boot() {
 }
 
 function default_config() {
-  const preset = state.presets.find((p) => p.name === 'default') ?? state.presets[0];
-  return canonical_config(state.schema, JSON.parse(preset.config));
+  return canonical_config(state.schema, JSON.parse(first_preset.config));
 }
 
 /** The config a link carries; a broken link leaves a notice and gives the default experiment. */
@@ -240,7 +253,7 @@ function matching_preset() {
   if (preset_match.key !== key) {
     const mine = canonical_config(state.schema, state.config);
     preset_match.key = key;
-    preset_match.preset = state.presets.find((p) => same_json(canonical_preset(p), mine)) ?? null;
+    preset_match.preset = state.presets.find((p) => p.config && same_json(canonical_preset(p), mine)) ?? null;
   }
   return preset_match.preset;
 }
@@ -345,7 +358,8 @@ function render_report() {
 function render_embed_experiment() {
   const preset = matching_preset();
   const c = canonical_config(state.schema, state.config);
-  const layer_count = (list) => (Array.isArray(list) ? list.reduce((n, l) => n + 1 + (Array.isArray(l?.body) ? layer_count(l.body) : 0), 0) : 0);
+  const layer_count = (list) =>
+    Array.isArray(list) ? list.reduce((n, l) => n + 1 + layer_count(l?.body) + (Array.isArray(l?.branches) ? l.branches.reduce((k, b) => k + layer_count(b), 0) : 0), 0) : 0;
   const title = h('p', { class: 'embed-title' }, SHOW ? 'biaslab: ' : null, h('strong', {}, preset ? preset.title : 'Custom experiment'), ` · ${c.dtype}, batch ${c.shape?.batch}, tokens ${c.shape?.tokens}, features ${c.shape?.features}, seed ${c.seed}, ${layer_count(c.layers)} layers`);
   clear(
     $('embed-experiment'),
@@ -460,6 +474,10 @@ function json_error_message(text, e) {
 function load_preset(name) {
   const preset = state.presets.find((p) => p.name === name);
   if (!preset) return;
+  if (!preset.config) {  // chosen before every preset has landed
+    all_presets().then(() => load_preset(name));
+    return;
+  }
   state.error = null;
   apply({ op: 'load', config: canonical_config(state.schema, JSON.parse(preset.config)) });
   after_edit();

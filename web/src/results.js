@@ -1,7 +1,10 @@
 // The report as tables, plot and formulas. Table contents come from table-model.js (shared with
 // the Markdown and CSV exports); this file only decides how a few cells look on the page.
-// The formulas are typeset at build time (tools/katex-prerender.js): {latex: html}.
-import FORMULAS from 'virtual:formulas';
+// The formulas are typeset at build time (tools/katex-prerender.js): {latex: html}, in their own
+// module, fetched as the page starts but outside the first load: only the folds table shows them,
+// and a formula drawn before they land is filled in when they do.
+let FORMULAS = null;
+const formulas_loaded = import('virtual:formulas').then((m) => (FORMULAS = m.default));
 
 import { h, clear, download } from './dom.js';
 import { bias_table, fold_table, minimal_table, invariance_table, to_markdown, to_csv, fmt_int, VERDICT_TEXT, VERDICT_MARK, is_undetermined, redundant_dims, undetermined_reason, bias_notes } from './table-model.js';
@@ -34,6 +37,11 @@ function yes_no_badge(ok, yes = 'yes', no = 'no') {
 
 /** A fold rule's formula; the raw LaTeX if the build did not typeset it. */
 function formula(tex) {
+  if (!FORMULAS) {
+    const waiting = h('span', { class: 'formula' });
+    formulas_loaded.then(() => waiting.replaceWith(formula(tex)));
+    return waiting;
+  }
   const html = Object.hasOwn(FORMULAS, tex) ? FORMULAS[tex] : null;
   if (html === null) return h('code', { class: 'formula formula-tex', title: 'LaTeX' }, tex);
   const el = h('span', { class: 'formula' });

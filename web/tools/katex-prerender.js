@@ -11,19 +11,18 @@
 //   virtual:katex.css   KaTeX's CSS cut down to the rules these formulas use, and @font-face
 //                       rules for the font families they need, woff2 only (every browser that
 //                       runs the engine's wasm exceptions reads woff2).
-import { readFileSync, existsSync } from 'node:fs';
+import { readFileSync } from 'node:fs';
 import { createRequire } from 'node:module';
 import { dirname, resolve } from 'node:path';
+
+import { node_engine } from './node-engine.js';
 
 const require = createRequire(import.meta.url);
 
 /** The fold rules' LaTeX strings, from the Node build of the engine in `wasm_dir`. */
 export async function engine_formulas(wasm_dir) {
-  const js = resolve(wasm_dir, 'biaslab-node.js');
-  if (!existsSync(js)) throw new Error(`${js} is missing: run scripts/build-web.sh wasm first`);
-  const create = require(js);
-  const m = await create({ wasmBinary: readFileSync(resolve(wasm_dir, 'biaslab-node.wasm')) });
-  if (typeof m.foldRules !== 'function') throw new Error(`${js} has no foldRules(): rebuild the engine (scripts/build-web.sh wasm)`);
+  const m = await node_engine(wasm_dir);
+  if (typeof m.foldRules !== 'function') throw new Error(`the engine in ${wasm_dir} has no foldRules(): rebuild it (scripts/build-web.sh wasm)`);
   return JSON.parse(m.foldRules()).map((r) => r.formula);
 }
 

@@ -77,6 +77,10 @@ test('page: loads with no console error, no failed request and nothing from anot
   await page.close();
 });
 
+// The typeset formulas are a module of their own, fetched as the page starts: a formula drawn
+// before it lands is an empty placeholder until then.
+const formulas_in = (page) => page.waitForFunction(() => [...document.querySelectorAll('.formula')].every((el) => el.childNodes.length > 0));
+
 test('page: the default experiment renders all tables, formulas and the plot', async () => {
   const { page } = await open(server.url);
   assert.equal(await page.inputValue('#preset'), 'default');
@@ -87,6 +91,7 @@ test('page: the default experiment renders all tables, formulas and the plot', a
   assert.match(k_row, /redundant/);
   assert.match(k_row, /64 of 64/);
   for (const id of ['folds', 'minimal', 'invariances']) assert.ok(await page.$(`table.table-${id} tbody tr`), id);
+  await formulas_in(page);
   assert.ok((await page.$$('table.table-folds .katex')).length >= 3, 'KaTeX formulas');
   assert.ok(await page.$('#section-sweep canvas'), 'sweep plot');
   assert.match(await page.textContent('#summary'), /1 redundant/);
@@ -135,6 +140,7 @@ test('page: every formula is typeset at build time and draws only with fonts it 
   const { page, problems } = await open(server.url + encode_link(engine.schema(), EVERY_RULE));
   const shown = await page.$$eval('table.table-folds tbody tr', (trs) => trs.map((tr) => tr.querySelector('.col-rule code').textContent));
   assert.deepEqual([...new Set(shown)].sort(), rules.map((r) => r.id).sort(), 'the stack shows every rule');
+  await formulas_in(page);
   assert.equal(await page.$$eval('.formula-tex', (l) => l.length), 0, 'no formula fell back to raw LaTeX');
   assert.equal(await page.$$eval('table.table-folds .formula .katex .katex-mathml math', (l) => l.length), shown.length, 'MathML for screen readers');
   await page.evaluate(() => document.fonts.ready);
