@@ -111,7 +111,7 @@ TEST_CASE("structure: a kink after the null space is made leaves the smooth rule
     CHECK(b.at("redundant_dim") == 1);
     CHECK(b.at("directions") == "all-ones");
     CHECK(b.at("structure").at("stop_rule") == "no_gain");
-    CHECK(b.at("structure").at("stop_note").get<std::string>().find("before the first ReLU") != std::string::npos);
+    CHECK(b.at("structure").at("stop_note").get<std::string>().find("before every ReLU") != std::string::npos);
     const json& shift = bias_row(r, "layers.1.bias");
     INFO(row_text(shift));
     INFO("structure: " << shift.at("structure").dump());

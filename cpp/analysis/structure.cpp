@@ -715,14 +715,20 @@ Structure StructureSolver::solve(int param, const std::function<bool()>& cancell
       run += done;
     }
     // A kink matters only to null directions whose tangent reaches it. When the null space's
-    // tangent already vanishes (to rounding) at the first kink's input, on a random input, it
-    // vanishes there for every input (the map up to the kink is analytic in the input: where
-    // J V is 0 is everywhere or a set of measure zero), and the smooth rule holds for it.
+    // tangent already vanishes (to rounding) at a kink's input, on a random input, it vanishes
+    // there for every input (the map up to the kink is analytic in the input: where J V is 0 is
+    // everywhere or a set of measure zero). Every kink is checked, not the first in op order: a
+    // residual skip or a parallel block's sum carries the tangent past an earlier kink, and a
+    // kink in a later branch of the seed's parallel block sees no tangent at all.
     if (out.kinked && !gained && !kink_checked && rank < n) {
       kink_checked = true;
       if (!null_ready) prepare_null();
-      kink_irrelevant = null_vanishes_before(pool_.get(inputs - 1), kinks[0], &stopped);
-      if (stopped) return stop_cancelled();
+      kink_irrelevant = true;
+      for (int k : kinks) {
+        kink_irrelevant = null_vanishes_before(pool_.get(inputs - 1), k, &stopped);
+        if (stopped) return stop_cancelled();
+        if (!kink_irrelevant) break;
+      }
     }
     const bool kinked_rule = out.kinked && !kink_irrelevant;
     const int needed = kinked_rule ? std::max({opt_.kink_patience, 2 * longest_run,
@@ -829,7 +835,7 @@ Structure StructureSolver::solve(int param, const std::function<bool()>& cancell
                     "an input added no rank (after %d inputs); %s, so the Jacobian is analytic in the input and a further "
                     "random input that could add rank does so with probability 1",
                     inputs,
-                    out.kinked ? "the null directions vanish before the first ReLU on the way (checked on a random input)"
+                    out.kinked ? "the null directions vanish before every ReLU on the way (checked on a random input)"
                                : "nothing on the way is kinked");
       break;
     default: {

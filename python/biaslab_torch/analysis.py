@@ -143,7 +143,7 @@ def structure(model, name, inputs, max_samples, subspace=None):
     the engine, rounding is never rank, even where the reference itself underflows. The rules, as in the engine: full rank ends the loop; without a ReLU on the
     way one input that adds no rank does (the Jacobian is analytic in the input); with one, a run
     of KINK_PATIENCE inputs (and twice the longest earlier run) that add no rank and activate no
-    ReLU unit for the first time, unless the null directions vanish before the first ReLU. When
+    ReLU unit for the first time, unless the null directions vanish before every ReLU. When
     max_samples runs out first the answer is undetermined: only bounds.
 
     With `subspace` = s < n (wide layers, where the full Jacobian is slow) only a random
@@ -192,7 +192,9 @@ def structure(model, name, inputs, max_samples, subspace=None):
             break
         if relus and not gained and vanishes is None and P is None:
             Vh = torch.linalg.svd(R, full_matrices=True)[2]
-            vanishes = null_vanishes_before(model, name, relus[0], x, Vh[ranks[-1]:].T)
+            # Every ReLU: a skip or a parallel sum carries the tangent past an earlier one, and a
+            # ReLU in a later branch of the bias's parallel block sees none of it.
+            vanishes = all(null_vanishes_before(model, name, relu, x, Vh[ranks[-1]:].T) for relu in relus)
         kinked = bool(relus) and not vanishes
         if gained or (new_units and not vanishes):
             longest, run = max(longest, run), 0

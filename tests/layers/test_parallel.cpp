@@ -183,3 +183,22 @@ TEST_CASE("parallel: before BatchNorm (train) every branch's closing bias is dro
   const json& minimal = bn.at("minimal_model");
   CHECK(minimal.at("params_before").get<int>() - minimal.at("params_after").get<int>() == 12);
 }
+
+TEST_CASE("parallel: a ReLU in a later branch does not stand in for the ReLU after the block") {
+  // The seed's tangent never reaches the ReLU of branch 1 (that branch reads the block's input),
+  // so it vanishes there whatever the null space is; the structure must still wait for the ReLU
+  // after the block. Found by review: the first kink in op order was taken as the first the
+  // tangent meets, and 12 of 40 seeds stopped early with an inconsistent row.
+  int inconsistent = 0;
+  for (int seed = 1; seed <= 12; ++seed) {
+    const json r = report_of(R"({"version": 1, "seed": )" + std::to_string(seed) +
+                             R"(, "dtype": "float64", "shape": {"batch": 1, "tokens": 1, "features": 8}, "layers": [
+        {"type": "parallel", "branches": [[{"type": "linear"}], [{"type": "relu"}]]}, {"type": "relu"}, {"type": "linear"}]})");
+    for (const json& row : r.at("biases")) {
+      INFO("seed " << seed << ": " << row_text(row));
+      if (row.at("consistent") != true) ++inconsistent;
+      CHECK(row.at("consistent") == true);
+    }
+  }
+  CHECK(inconsistent == 0);
+}

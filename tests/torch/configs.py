@@ -11,6 +11,7 @@ import subprocess
 
 SEED = 20240611
 EXTRA_RANDOM = 12  # random stacks beyond coverage, for combinations nobody thought of
+EXTRA_PARALLEL = 4  # random stacks around a parallel block of random branches
 
 # A second value for every numeric option, next to its default.
 NUMBER_VALUES = {"eps": [0.1], "rope_base": [500000.0]}
@@ -250,6 +251,9 @@ FIXED = [
                                           {"type": "batchnorm"}, {"type": "linear"},
                                           {"type": "parallel", "branches": [[{"type": "layernorm"}], [{"type": "linear", "bias": False}, {"type": "rmsnorm"}], [{"type": "linear"}]]},
                                           {"type": "groupnorm", "num_groups": 2}]}),
+    ("parallel-relu-in-later-branch", {"version": 1, "seed": 4, "dtype": "float64", "shape": {"batch": 1, "tokens": 1, "features": 8},
+                                       "layers": [{"type": "parallel", "branches": [[{"type": "linear"}], [{"type": "relu"}]]},
+                                                  {"type": "relu"}, {"type": "linear"}]}),
     ("parallel-in-residual", {"version": 1, "seed": 14, "dtype": "float64", "shape": {"batch": 3, "tokens": 3, "features": 8},
                               "layers": [{"type": "residual", "body": [
                                              {"type": "parallel", "branches": [[{"type": "linear"}], [{"type": "silu"}, {"type": "linear", "bias": False}]]},
@@ -318,6 +322,21 @@ def generated_configs(biaslab, seed=SEED):
         configs.append((f"random-{i}", {"version": 1, "seed": generator.rng.randint(0, 10 ** 6),
                                         "dtype": generator.rng.choice(["float32", "float64"]),
                                         "shape": shape, "layers": layers}))
+    # Random parallel blocks, from a generator of their own so that the stacks above stay as
+    # they were: a few branches of random layers, each brought back to the block's width.
+    parallel = Generator(seed + 1)
+    for i in range(EXTRA_PARALLEL):
+        shape = parallel.shape(("any", None, None))
+        width = shape["features"]
+        before, w = parallel.stack(width, parallel.rng.randint(0, 2))
+        branches = []
+        for _ in range(parallel.rng.randint(1, 3)):
+            branch, bw = parallel.stack(w, parallel.rng.randint(1, 3), depth=1)
+            branches.append(parallel.back_to(branch, bw, w))
+        after, _ = parallel.stack(w, parallel.rng.randint(1, 2))
+        configs.append((f"random-parallel-{i}", {"version": 1, "seed": parallel.rng.randint(0, 10 ** 6),
+                                                 "dtype": parallel.rng.choice(["float32", "float64"]), "shape": shape,
+                                                 "layers": before + [{"type": "parallel", "branches": branches}] + after}))
     missing = [t for t in schema_targets(biaslab) if t not in covered]
     if missing:
         raise SystemExit(f"generated configs miss {missing}")
