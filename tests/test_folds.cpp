@@ -131,8 +131,8 @@ TEST_CASE("folds: every rule of fold_rules() is exercised by this file") {
   const std::set<std::string> tested = {
       "fold_layernorm_affine", "fold_rmsnorm_gain",    "fuse_linear_batchnorm_eval",
       "fuse_batchnorm_eval_linear", "drop_key_bias",   "drop_unrotated_key_bias", "fold_value_bias",
-      "drop_bias_before_norm", "centre_bias_before_norm", "centre_writers", "merge_linear_linear",
-      "layernorm_to_rmsnorm"};
+      "drop_bias_before_norm", "centre_bias_before_norm", "centre_writers", "merge_branch_biases",
+      "merge_linear_linear", "layernorm_to_rmsnorm"};
   std::set<std::string> ids;
   for (const FoldRule& r : fold_rules()) {
     INFO("r.id := " << std::string(r.id));
@@ -341,6 +341,33 @@ TEST_CASE("folds: centre_bias_before_norm projects out what the next norm cancel
     const Network f = check_fold(net(R"({"type": "linear"}, {"type": "groupnorm", "num_groups": 2})"),
                                  "centre_bias_before_norm", "layers.0", 0);
     CHECK_LE_TOL(max_group_mean(f, 2), 1e-15, "max |group mean of the centred bias|");
+  }
+}
+
+TEST_CASE("folds: merge_branch_biases keeps one bias for the branches of a parallel block") {
+  SUBCASE("a Linear, an attention's o_proj and a residual's Linear: two of three biases go") {
+    const Network f = check_fold(net(R"({"type": "parallel", "branches": [[{"type": "linear"}],
+        [{"type": "attention", "num_heads": 2}], [{"type": "relu"}], [{"type": "residual", "body": [{"type": "linear"}]}]]},
+        {"type": "gelu"})"), "merge_branch_biases", "layers.0", 2 * 8);
+    const Network original = network_of(config_from(net(R"({"type": "parallel", "branches": [[{"type": "linear"}],
+        [{"type": "attention", "num_heads": 2}], [{"type": "relu"}], [{"type": "residual", "body": [{"type": "linear"}]}]]},
+        {"type": "gelu"})")));
+    const LayerNode& before = layer(original, 0);
+    const Mat sum = before.branches[0][0].find("bias")->value + before.branches[1][0].find("o_proj.bias")->value +
+                    before.branches[3][0].body[0].find("bias")->value;
+    CHECK_MAX_ABS_LE(layer(f, 0).branches[0][0].find("bias")->value, sum, 1e-15);
+    CHECK(layer(f, 0).branches[1][0].find("o_proj.bias") == nullptr);
+    CHECK_FALSE(layer(f, 0).branches[1][0].cfg.o_bias);
+    CHECK(layer(f, 0).branches[3][0].body[0].find("bias") == nullptr);
+  }
+  SUBCASE("a norm's shift tied to its gain is zeroed, in float32") {
+    const Network f = check_fold(net(R"({"type": "parallel", "branches": [[{"type": "linear"}], [{"type": "groupnorm", "num_groups": 2, "affine": true}]]})", "float32"),
+                                 "merge_branch_biases", "layers.0", 0);
+    CHECK(layer(f, 0).branches[1][0].find("bias")->value.cwiseAbs().maxCoeff() == 0.0);
+  }
+  SUBCASE("not with fewer than two closing biases") {
+    CHECK(rules_at(net(R"({"type": "parallel", "branches": [[{"type": "linear"}], [{"type": "relu"}]]})")).count("merge_branch_biases") == 0);
+    CHECK(rules_at(net(R"({"type": "parallel", "branches": [[{"type": "linear"}]]})")).count("merge_branch_biases") == 0);
   }
 }
 

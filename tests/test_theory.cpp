@@ -432,9 +432,9 @@ TEST_CASE("presets: gpt2-block, bert-layer and pythia-block say what their repor
       {a + "1.o_proj.bias", 1}, {f + "0.bias", 0},        {f + "1.bias", 0},         {f + "3.bias", 1},
       {"layers.1.bias", 0}};
   CHECK(dims(pythia) == expected_pythia);
-  CHECK(rules(pythia) == std::multiset<std::string>{"centre_bias_before_norm", "centre_writers", "drop_unrotated_key_bias", "fold_layernorm_affine",
+  CHECK(rules(pythia) == std::multiset<std::string>{"centre_bias_before_norm", "centre_writers", "drop_unrotated_key_bias", "fold_layernorm_affine", "merge_branch_biases",
                                                      "fold_layernorm_affine", "fold_value_bias"});
   const std::string sentence = find_preset("pythia-block")->claim;
-  for (const char* quoted : {"72 of 96", "drop_unrotated_key_bias", "centre_writers", "use_parallel_residual"})
+  for (const char* quoted : {"72 of 96", "drop_unrotated_key_bias", "centre_writers", "use_parallel_residual", "merge_branch_biases"})
     CHECK(sentence.find(quoted) != std::string::npos);
 }

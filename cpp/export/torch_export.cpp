@@ -125,7 +125,8 @@ std::string script(const ExperimentConfig& config, const TorchExportOptions& opt
   const auto folds = find_folds(net);
   std::set<std::string> rules;
   for (const auto& f : folds) rules.insert(f.rule->id);
-  const bool uses_feeder = rules.count("drop_bias_before_norm") || rules.count("centre_bias_before_norm");
+  const bool uses_feeder = rules.count("drop_bias_before_norm") || rules.count("centre_bias_before_norm") ||
+                           rules.count("merge_branch_biases");
   if (rules.count("layernorm_to_rmsnorm")) needs.add("rmsnorm");
 
   const std::string title = options.title.empty() ? "A biaslab experiment" : options.title;
@@ -183,7 +184,8 @@ verdicts and folds are what should agree.
     out += kFoldBanner;
     const bool sets_biases = rules.size() > rules.count("drop_key_bias") + rules.count("drop_unrotated_key_bias") +
                                                 rules.count("drop_bias_before_norm") + rules.count("centre_writers") +
-                                                rules.count("centre_bias_before_norm") + rules.count("layernorm_to_rmsnorm");
+                                                rules.count("centre_bias_before_norm") + rules.count("layernorm_to_rmsnorm") +
+                                                rules.count("merge_branch_biases");
     if (sets_biases) out += py::fold_common;
     if (uses_feeder) out += py::feeder;
     if (rules.count("fold_layernorm_affine") || rules.count("fold_rmsnorm_gain")) out += py::fold_norm_affine;
@@ -195,6 +197,7 @@ verdicts and folds are what should agree.
     if (rules.count("fold_value_bias")) out += py::fold_value_bias;
     if (rules.count("drop_bias_before_norm")) out += py::drop_bias_before_norm;
     if (rules.count("centre_bias_before_norm")) out += py::centre_bias_before_norm;
+    if (rules.count("merge_branch_biases")) out += py::merge_branch_biases;
     if (rules.count("merge_linear_linear")) out += py::merge_linear_linear;
     if (rules.count("layernorm_to_rmsnorm") || rules.count("centre_writers")) out += py::centre_writer;
     if (rules.count("layernorm_to_rmsnorm")) out += py::layernorm_to_rmsnorm;

@@ -8,13 +8,7 @@
 namespace biaslab::folds_detail {
 
 // --- biases in front of a normalisation ------------------------------------------------------
-// The bias-like parameters whose values are added directly to the input of s[i+1]: the last
-// layer's bias (through residual adds, which pass it on unchanged), or through a parallel block's
-// sum the bias that ends each of its branches.
-struct Feeder {
-  LayerNode* node = nullptr;
-  std::string local, name;
-};
+namespace {
 BIASLAB_COLD void feeders(Seq& s, int i, const std::string& prefix, std::vector<Feeder>& out) {
   if (i < 0 || i >= static_cast<int>(s.size())) return;
   LayerNode& n = s[i];
@@ -31,6 +25,8 @@ BIASLAB_COLD void feeders(Seq& s, int i, const std::string& prefix, std::vector<
   if (local.empty() || !n.find(local)) return;
   out.push_back(Feeder{&n, local, param_name(nm, local)});
 }
+}  // namespace
+
 std::vector<Feeder> feeders(Seq& s, int i, const std::string& prefix) {
   std::vector<Feeder> out;
   feeders(s, i, prefix, out);
@@ -50,17 +46,19 @@ BIASLAB_COLD void apply_drop_before_norm(Seq& s, int i, const std::string& prefi
   for (const Feeder& f : feeders(s, i, prefix)) {
     out.moves.push_back({f.name, ""});
     out.dof_removed += static_cast<int>(f.node->find(f.local)->value.size());
-    LayerNode& n = *f.node;
-    // Remove through the config where a flag exists for it alone; a BN/GN/IN shift is tied to its
-    // gain by `affine`, and glu's `bias` covers its other projections too, so those are set to zero.
-    const FoldTraits& t = fold_traits(n.cfg.type);
-    bool LayerConfig::*flag = t.writes ? t.writes->bias : t.shift_flag;
-    if (flag && !flag_covers_others(n, flag, f.local)) {
-      n.cfg.*flag = false;
-      remove_param(n, f.local);
-    } else {
-      n.find(f.local)->value.setZero();
-    }
+    drop_feeder(f);
+  }
+}
+
+BIASLAB_COLD void drop_feeder(const Feeder& f) {
+  LayerNode& n = *f.node;
+  const FoldTraits& t = fold_traits(n.cfg.type);
+  bool LayerConfig::*flag = t.writes ? t.writes->bias : t.shift_flag;
+  if (flag && !flag_covers_others(n, flag, f.local)) {
+    n.cfg.*flag = false;
+    remove_param(n, f.local);
+  } else {
+    n.find(f.local)->value.setZero();
   }
 }
 

@@ -1,5 +1,5 @@
 // The fold rules' table and how they are found and applied. The rules themselves are in files by
-// family (norm_affine, batchnorm, attention, bias_before_norm, linear); they match a layer and its
+// family (norm_affine, batchnorm, attention, bias_before_norm, residual_stream, parallel, linear); they match a layer and its
 // neighbour on what the layers declare (layers/layer.hpp, FoldTraits).
 #include "folds/folds.hpp"
 
@@ -41,6 +41,9 @@ BIASLAB_COLD const std::vector<FoldRule>& fold_rules() {
       {"centre_writers", "Centre the layers writing into a residual stream that only LayerNorms read",
        R"(\mathrm{LN}(x+\textstyle\sum_l W_l h_l+b_l)=\mathrm{LN}(x+\sum_l C(W_l h_l+b_l)),\ C=I-\tfrac1n\mathbf 1\mathbf 1^\top)",
        false, match_centre_writers, apply_centre_writers},
+      {"merge_branch_biases", "Merge the biases that close a parallel block's branches into one",
+       R"(x+\textstyle\sum_b\big(g_b(x)+c_b\big)=x+\sum_b g_b(x)+c,\ c=\sum_b c_b)", true,
+       match_merge_branch_biases, apply_merge_branch_biases},
       {"merge_linear_linear", "Linear then Linear into one Linear",
        R"(W_2(W_1x+b_1)+b_2=(W_2W_1)x+(W_2b_1+b_2))", true, match_linear_linear, apply_linear_linear},
       {"layernorm_to_rmsnorm", "LayerNorm to RMSNorm after centring the layer that writes into it",

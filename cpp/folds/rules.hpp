@@ -73,6 +73,18 @@ inline Vec col(const LayerNode& n, const std::string& local) {
   return p ? Vec(p->value.col(0)) : Vec();
 }
 
+// The bias-like parameters whose values are added directly to the output of s[i] (so to the input
+// of s[i+1]): the last layer's bias, through residual adds, and through a parallel block's sum
+// the bias that closes each of its branches (bias_before_norm.cpp).
+struct Feeder {
+  LayerNode* node = nullptr;
+  std::string local, name;
+};
+std::vector<Feeder> feeders(Seq& s, int i, const std::string& prefix);
+// Removes a feeder's bias: through the config where a flag exists for it alone, else (a norm's
+// shift tied to its gain by `affine`, glu's `bias` covering its other projections) set to zero.
+void drop_feeder(const Feeder& f);
+
 // The rules, by family (the table in folds.cpp orders them).
 bool m_ln(const Seq& s, int i);
 bool m_rms(const Seq& s, int i);
@@ -89,6 +101,8 @@ bool match_unrotated_key_bias(const Seq& s, int i);
 bool match_centre_writers(const Seq& s, int i);
 void apply_centre_writers(Seq& s, int i, const std::string& prefix, FoldApplied& out);
 void apply_unrotated_key_bias(Seq& s, int i, const std::string& prefix, FoldApplied& out);
+bool match_merge_branch_biases(const Seq& s, int i);
+void apply_merge_branch_biases(Seq& s, int i, const std::string& prefix, FoldApplied& out);
 bool match_value_bias(const Seq& s, int i);
 void apply_value_bias(Seq& s, int i, const std::string& prefix, FoldApplied& out);
 bool match_drop_before_norm(const Seq& s, int i);

@@ -123,6 +123,19 @@ def centre_bias_before_norm(seq, i, groups):
     for module in feeders(seq, i):
         grouped = module.bias.view(groups, -1)
         module.bias.copy_((grouped - grouped.mean(dim=1, keepdim=True)).reshape(-1))
+# @export merge_branch_biases
+
+
+def merge_branch_biases(seq, i):
+    """x + sum_b (g_b(x) + c_b): only the sum of the biases closing a parallel block's branches
+    matters; the first keeps it, the others go (as drop_bias_before_norm removes them)."""
+    kept, *others = [m for branch in seq[i].branches for m in feeders(branch, len(branch) - 1)]
+    for module in others:
+        kept.bias.add_(module.bias)
+        if isinstance(module, (nn.Linear, nn.LayerNorm)):
+            module.bias = None
+        else:  # a BatchNorm/GroupNorm/InstanceNorm shift is tied to its gain by affine=True
+            module.bias.zero_()
 # @export merge_linear_linear
 
 

@@ -38,7 +38,7 @@ WIDE = 256
 SUBSPACE = 32
 FOLD_RULES = {"fold_layernorm_affine", "fold_rmsnorm_gain", "fuse_linear_batchnorm_eval",
               "fuse_batchnorm_eval_linear", "drop_key_bias", "drop_unrotated_key_bias", "fold_value_bias", "drop_bias_before_norm",
-              "centre_bias_before_norm", "centre_writers", "merge_linear_linear", "layernorm_to_rmsnorm"}
+              "centre_bias_before_norm", "centre_writers", "merge_branch_biases", "merge_linear_linear", "layernorm_to_rmsnorm"}
 
 
 def run(cmd, timeout=900):

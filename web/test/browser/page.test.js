@@ -125,6 +125,7 @@ test('page: editing a layer updates the tables and the link without adding histo
 const EVERY_RULE = {
   shape: { batch: 2, tokens: 4, features: 16 },
   layers: [
+    { type: 'parallel', branches: [[{ type: 'linear' }], [{ type: 'relu' }, { type: 'linear' }]] },
     { type: 'layernorm' }, { type: 'linear' }, { type: 'rmsnorm' }, { type: 'linear' },
     { type: 'batchnorm', mode: 'eval' }, { type: 'linear' }, { type: 'attention', num_heads: 2 },
     { type: 'linear' }, { type: 'batchnorm' }, { type: 'linear' }, { type: 'layernorm' },

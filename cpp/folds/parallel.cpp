@@ -1,0 +1,44 @@
+// Merging the biases that close a parallel block's branches. Each is a constant added to the
+// block's sum, x + sum_b (g_b(x) + c_b), so only their sum matters: the first keeps
+// c_1 + c_2 + ..., the others go. (Each bias alone is effective; together they hold as many
+// degrees of freedom as one.)
+#include "core/cold.hpp"
+#include "folds/rules.hpp"
+
+namespace biaslab::folds_detail {
+
+namespace {
+
+// The closing biases of every branch of the parallel block at i, in branch order.
+std::vector<Feeder> closing_biases(Seq& s, int i, const std::string& prefix) {
+  std::vector<Feeder> out;
+  if (!is(s, i, LayerType::parallel)) return out;
+  LayerNode& block = s[i];
+  for (size_t b = 0; b < block.branches.size(); ++b) {
+    Seq& branch = block.branches[b];
+    for (Feeder& f : feeders(branch, static_cast<int>(branch.size()) - 1, branch_prefix(name_of(prefix, i), b)))
+      out.push_back(std::move(f));
+  }
+  return out;
+}
+
+}  // namespace
+
+bool match_merge_branch_biases(const Seq& s, int i) {
+  return closing_biases(const_cast<Seq&>(s), i, "").size() >= 2;
+}
+
+BIASLAB_COLD void apply_merge_branch_biases(Seq& s, int i, const std::string& prefix, FoldApplied& out) {
+  const std::vector<Feeder> biases = closing_biases(s, i, prefix);
+  out.layers = {name_of(prefix, i)};
+  Mat& kept = biases[0].node->find(biases[0].local)->value;
+  for (size_t k = 1; k < biases.size(); ++k) {
+    const Mat& moved = biases[k].node->find(biases[k].local)->value;
+    kept += moved;
+    out.moves.push_back({biases[k].name, biases[0].name});
+    out.dof_removed += static_cast<int>(moved.size());
+    drop_feeder(biases[k]);
+  }
+}
+
+}  // namespace biaslab::folds_detail
