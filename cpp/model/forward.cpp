@@ -39,11 +39,12 @@ MatT<S> op_forward(const Model& m, const Op& op, const Weights<S>& w, const MatT
 
 namespace {
 
-// An open residual or parallel block: its input, and the input plus the outputs of the branches
-// it has finished (a residual's body is its only branch, so `sum` stays the input).
+// An open residual or parallel block: its input and, for a parallel block, the input plus the
+// outputs of the branches it has finished (a residual adds its input alone: no copy of it).
 template <class S>
 struct Skip {
   MatT<S> input, sum;
+  bool parallel = false;
 };
 
 // Runs ops [start, end) on h with the open blocks `skips`.
@@ -57,14 +58,14 @@ MatT<S> run_ops(const Model& m, const Weights<S>& w, MatT<S> h, std::vector<Skip
     if (record) record->inputs[i] = h;
     switch (op.kind) {
       case OpKind::residual_begin:
-        skips.push_back({h, h});
+        skips.push_back(op.parallel ? Skip<S>{h, h, true} : Skip<S>{h, {}, false});
         break;
       case OpKind::branch_next:
         skips.back().sum += h;
         h = skips.back().input;
         break;
       case OpKind::residual_end:
-        h += skips.back().sum;
+        h += skips.back().parallel ? skips.back().sum : skips.back().input;
         skips.pop_back();
         break;
       default:
@@ -106,7 +107,8 @@ MatT<S> forward_from(const Model& m, const Weights<S>& w, const Recording<S>& re
   std::vector<Skip<S>> skips;
   for (int i = 0; i < start; ++i) {
     const Op& o = m.ops[i];
-    if (o.kind == OpKind::residual_begin && o.partner >= start) skips.push_back({rec.inputs[i], rec.inputs[i]});
+    if (o.kind == OpKind::residual_begin && o.partner >= start)
+      skips.push_back(o.parallel ? Skip<S>{rec.inputs[i], rec.inputs[i], true} : Skip<S>{rec.inputs[i], {}, false});
     if (o.kind == OpKind::branch_next && o.partner >= start) skips.back().sum += rec.inputs[i];
   }
   // The start op's products before biases still hold unless a weight of it is replaced.

@@ -42,14 +42,15 @@ Mat op_jvp(const Model& m, const Op& op, const Mat& x, const Mat& dx, int n) {
 Mat jvp(const Model& m, const Trace& trace, const Seed& seed, int n, int stop, bool* broadcast) {
   const int start = m.params[seed.param].op;
   const Eigen::Index N = trace.inputs[0].rows();
-  // Open blocks: the tangent of the input and of the running sum of finished branches
-  // (model/forward.cpp); blocks opened before `start` carry no tangent (nullopt).
+  // Open blocks: the tangent of the input and, for a parallel block, of the running sum of
+  // finished branches (model/forward.cpp); blocks opened before `start` carry no tangent.
   struct Skip {
     std::optional<Tangent> input, sum;
+    bool parallel = false;
   };
   std::vector<Skip> skips;
   for (int i = 0; i < start; ++i) {
-    if (m.ops[i].kind == OpKind::residual_begin) skips.emplace_back();
+    if (m.ops[i].kind == OpKind::residual_begin) skips.push_back({std::nullopt, std::nullopt, m.ops[i].parallel});
     if (m.ops[i].kind == OpKind::residual_end) skips.pop_back();
   }
   std::optional<Tangent> d;  // nullopt: exactly zero
@@ -66,7 +67,8 @@ Mat jvp(const Model& m, const Trace& trace, const Seed& seed, int n, int stop, b
     const Mat& x = trace.inputs[i];
     switch (op.kind) {
       case OpKind::residual_begin:
-        skips.push_back({d, d});
+        if (op.parallel) skips.push_back({d, d, true});
+        else skips.push_back({d, std::nullopt, false});
         break;
       case OpKind::branch_next: {
         Skip& s = skips.back();
@@ -75,7 +77,7 @@ Mat jvp(const Model& m, const Trace& trace, const Seed& seed, int n, int stop, b
         break;
       }
       case OpKind::residual_end: {
-        std::optional<Tangent> s = std::move(skips.back().sum);
+        std::optional<Tangent> s = std::move(skips.back().parallel ? skips.back().sum : skips.back().input);
         skips.pop_back();
         if (s) d = d ? add(*d, *s, N) : *s;
         break;
