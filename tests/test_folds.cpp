@@ -360,10 +360,13 @@ TEST_CASE("folds: merge_branch_biases keeps one bias for the branches of a paral
     CHECK_FALSE(layer(f, 0).branches[1][0].cfg.o_bias);
     CHECK(layer(f, 0).branches[3][0].body[0].find("bias") == nullptr);
   }
-  SUBCASE("a norm's shift tied to its gain is zeroed, in float32") {
+  SUBCASE("a norm's shift tied to its gain keeps the sum; two that can only be zeroed, in float32") {
     const Network f = check_fold(net(R"({"type": "parallel", "branches": [[{"type": "linear"}], [{"type": "groupnorm", "num_groups": 2, "affine": true}]]})", "float32"),
+                                 "merge_branch_biases", "layers.0", 8);
+    CHECK(layer(f, 0).branches[0][0].find("bias") == nullptr);
+    const Network g = check_fold(net(R"({"type": "parallel", "branches": [[{"type": "instancenorm", "affine": true}], [{"type": "groupnorm", "num_groups": 2, "affine": true}]]})", "float32"),
                                  "merge_branch_biases", "layers.0", 0);
-    CHECK(layer(f, 0).branches[1][0].find("bias")->value.cwiseAbs().maxCoeff() == 0.0);
+    CHECK(layer(g, 0).branches[1][0].find("bias")->value.cwiseAbs().maxCoeff() == 0.0);
   }
   SUBCASE("not with fewer than two closing biases") {
     CHECK(rules_at(net(R"({"type": "parallel", "branches": [[{"type": "linear"}], [{"type": "relu"}]]})")).count("merge_branch_biases") == 0);
@@ -452,5 +455,17 @@ TEST_CASE("folds: the minimal model of the default preset is exact, smaller, and
     FoldApplied a;
     INFO("c.rule->id := " << std::string(c.rule->id));
     CHECK(count_parameters(apply_fold(n, c, a)) >= after);
+  }
+}
+
+TEST_CASE("folds: merge_branch_biases removes parameters whatever the branches' order") {
+  // A glu's bias covers its three projections and a norm's shift is tied to its gain: those can
+  // only be zeroed, so they keep the sum and the removable Linear bias goes, in either order.
+  for (const char* branches : {R"([[{"type": "glu", "hidden": 4, "bias": true}], [{"type": "linear"}]])",
+                               R"([[{"type": "linear"}], [{"type": "glu", "hidden": 4, "bias": true}]])",
+                               R"([[{"type": "linear"}], [{"type": "batchnorm", "mode": "eval"}]])"}) {
+    CAPTURE(branches);
+    check_fold(net(std::string(R"({"type": "parallel", "branches": )") + branches + "}"), "merge_branch_biases",
+               "layers.0", 8);
   }
 }

@@ -125,8 +125,7 @@ std::string script(const ExperimentConfig& config, const TorchExportOptions& opt
   const auto folds = find_folds(net);
   std::set<std::string> rules;
   for (const auto& f : folds) rules.insert(f.rule->id);
-  const bool uses_feeder = rules.count("drop_bias_before_norm") || rules.count("centre_bias_before_norm") ||
-                           rules.count("merge_branch_biases");
+  const bool uses_feeder = rules.count("drop_bias_before_norm") || rules.count("centre_bias_before_norm");
   if (rules.count("layernorm_to_rmsnorm")) needs.add("rmsnorm");
 
   const std::string title = options.title.empty() ? "A biaslab experiment" : options.title;

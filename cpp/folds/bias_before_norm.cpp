@@ -50,15 +50,22 @@ BIASLAB_COLD void apply_drop_before_norm(Seq& s, int i, const std::string& prefi
   }
 }
 
-BIASLAB_COLD void drop_feeder(const Feeder& f) {
-  LayerNode& n = *f.node;
-  const FoldTraits& t = fold_traits(n.cfg.type);
+namespace {
+bool LayerConfig::*own_flag(const Feeder& f) {
+  const FoldTraits& t = fold_traits(f.node->cfg.type);
   bool LayerConfig::*flag = t.writes ? t.writes->bias : t.shift_flag;
-  if (flag && !flag_covers_others(n, flag, f.local)) {
-    n.cfg.*flag = false;
-    remove_param(n, f.local);
+  return flag && !flag_covers_others(*f.node, flag, f.local) ? flag : nullptr;
+}
+}  // namespace
+
+bool feeder_removable(const Feeder& f) { return own_flag(f) != nullptr; }
+
+BIASLAB_COLD void drop_feeder(const Feeder& f) {
+  if (bool LayerConfig::*flag = own_flag(f)) {
+    f.node->cfg.*flag = false;
+    remove_param(*f.node, f.local);
   } else {
-    n.find(f.local)->value.setZero();
+    f.node->find(f.local)->value.setZero();
   }
 }
 

@@ -1,7 +1,9 @@
 // Merging the biases that close a parallel block's branches. Each is a constant added to the
-// block's sum, x + sum_b (g_b(x) + c_b), so only their sum matters: the first keeps
-// c_1 + c_2 + ..., the others go. (Each bias alone is effective; together they hold as many
-// degrees of freedom as one.)
+// block's sum, x + sum_b (g_b(x) + c_b), so only their sum matters: one keeps c_1 + c_2 + ...,
+// the others go. (Each bias alone is effective; together they hold as many degrees of freedom as
+// one.) The one kept is the first that cannot be removed, only zeroed (glu's bias covers its
+// other projections, a norm's shift is tied to its gain), else the first: then every other
+// parameter goes, whatever the branches' order.
 #include "core/cold.hpp"
 #include "folds/rules.hpp"
 
@@ -31,11 +33,15 @@ bool match_merge_branch_biases(const Seq& s, int i) {
 BIASLAB_COLD void apply_merge_branch_biases(Seq& s, int i, const std::string& prefix, FoldApplied& out) {
   const std::vector<Feeder> biases = closing_biases(s, i, prefix);
   out.layers = {name_of(prefix, i)};
-  Mat& kept = biases[0].node->find(biases[0].local)->value;
-  for (size_t k = 1; k < biases.size(); ++k) {
+  size_t keep = 0;
+  while (keep < biases.size() && feeder_removable(biases[keep])) ++keep;
+  if (keep == biases.size()) keep = 0;
+  Mat& kept = biases[keep].node->find(biases[keep].local)->value;
+  for (size_t k = 0; k < biases.size(); ++k) {
+    if (k == keep) continue;
     const Mat& moved = biases[k].node->find(biases[k].local)->value;
     kept += moved;
-    out.moves.push_back({biases[k].name, biases[0].name});
+    out.moves.push_back({biases[k].name, biases[keep].name});
     out.dof_removed += static_cast<int>(moved.size());
     drop_feeder(biases[k]);
   }

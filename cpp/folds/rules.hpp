@@ -84,6 +84,8 @@ std::vector<Feeder> feeders(Seq& s, int i, const std::string& prefix);
 // Removes a feeder's bias: through the config where a flag exists for it alone, else (a norm's
 // shift tied to its gain by `affine`, glu's `bias` covering its other projections) set to zero.
 void drop_feeder(const Feeder& f);
+// Whether drop_feeder removes the parameter (rather than setting it to zero).
+bool feeder_removable(const Feeder& f);
 
 // The rules, by family (the table in folds.cpp orders them).
 bool m_ln(const Seq& s, int i);

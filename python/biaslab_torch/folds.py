@@ -128,13 +128,28 @@ def centre_bias_before_norm(seq, i, groups):
 
 def merge_branch_biases(seq, i):
     """x + sum_b (g_b(x) + c_b): only the sum of the biases closing a parallel block's branches
-    matters; the first keeps it, the others go (as drop_bias_before_norm removes them)."""
-    kept, *others = [m for branch in seq[i].branches for m in feeders(branch, len(branch) - 1)]
-    for module in others:
+    matters. One keeps it: the first that can only be zeroed (a GLU's bias covers its three
+    projections, a norm's shift is tied to its gain), else the first; the others go."""
+    def closing(branch):  # [(module holding the bias, whether the bias can be removed)]
+        layer = branch[len(branch) - 1]
+        if hasattr(layer, "body"):
+            return closing(layer.body)
+        if hasattr(layer, "branches"):
+            return [c for b in layer.branches for c in closing(b)]
+        module = getattr(layer, layer.WRITES) if hasattr(layer, "WRITES") else layer
+        if getattr(module, "bias", None) is None:
+            return []
+        return [(module, isinstance(module, (nn.Linear, nn.LayerNorm)) and not getattr(layer, "SHARED_BIAS", False))]
+    biases = [c for branch in seq[i].branches for c in closing(branch)]
+    keep = next((k for k, (_, removable) in enumerate(biases) if not removable), 0)
+    kept = biases[keep][0]
+    for k, (module, removable) in enumerate(biases):
+        if k == keep:
+            continue
         kept.bias.add_(module.bias)
-        if isinstance(module, (nn.Linear, nn.LayerNorm)):
+        if removable:
             module.bias = None
-        else:  # a BatchNorm/GroupNorm/InstanceNorm shift is tied to its gain by affine=True
+        else:
             module.bias.zero_()
 # @export merge_linear_linear
 

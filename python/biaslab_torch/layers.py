@@ -103,6 +103,7 @@ class GLU(nn.Module):
     """The gated feed-forward block as Hugging Face's LlamaMLP writes it:
     down_proj(act_fn(gate_proj(x)) * up_proj(x)), one bias flag for the three projections."""
     READS, WRITES = ("gate_proj", "up_proj"), "down_proj"  # for the fold helpers
+    SHARED_BIAS = True  # one flag for the three projections' biases: a fold can only zero one
 
     def __init__(self, hidden_size, intermediate_size, activation="silu", bias=False):
         super().__init__()

@@ -254,6 +254,10 @@ FIXED = [
     ("parallel-relu-in-later-branch", {"version": 1, "seed": 4, "dtype": "float64", "shape": {"batch": 1, "tokens": 1, "features": 8},
                                        "layers": [{"type": "parallel", "branches": [[{"type": "linear"}], [{"type": "relu"}]]},
                                                   {"type": "relu"}, {"type": "linear"}]}),
+    ("parallel-merge-order", {"version": 1, "seed": 16, "dtype": "float32", "shape": {"batch": 2, "tokens": 3, "features": 8},
+                              "layers": [{"type": "parallel", "branches": [[{"type": "linear"}], [{"type": "glu", "hidden": 4, "bias": True}]]},
+                                         {"type": "parallel", "branches": [[{"type": "layernorm"}], [{"type": "batchnorm", "mode": "eval"}], [{"type": "linear"}]]},
+                                         {"type": "gelu"}]}),
     ("parallel-in-residual", {"version": 1, "seed": 14, "dtype": "float64", "shape": {"batch": 3, "tokens": 3, "features": 8},
                               "layers": [{"type": "residual", "body": [
                                              {"type": "parallel", "branches": [[{"type": "linear"}], [{"type": "silu"}, {"type": "linear", "bias": False}]]},
