@@ -25,7 +25,34 @@ import { render_glossary, wire_term_tips, prefetch_glossary } from './glossary.j
 import preset_index, { first as first_preset } from 'virtual:preset-index';
 
 let presets_module = null;
-const all_presets = () => (presets_module ??= import('virtual:presets'));
+// The experiment the page opened with (a link's, else the default): once every preset has
+// landed, Reset goes back to the preset it came from even if it was edited meanwhile.
+let opened_with = null;
+
+/** Resolves once state.presets holds every preset; a failed fetch is said and tried again on
+ * the next call. */
+function every_preset() {
+  presets_module ??= import('virtual:presets');
+  return presets_module.then(
+    (m) => {
+      if (state.presets.every((p) => p.config)) return;
+      state.presets = m.default;
+      preset_match.key = null;
+      const mine = opened_with && canonical_config(state.schema, opened_with);
+      const origin = mine && state.presets.find((p) => same_json(canonical_preset(p), mine));
+      if (origin && state.base_preset === 'default') state.base_preset = origin.name;
+      shown.presets = null;
+      shown.embed = null; // an embed's title names its preset
+      note_preset();
+      render();
+    },
+    (e) => {
+      presets_module = null;
+      flash_status('header', `The presets could not be loaded (${e?.message ?? e}); choosing one tries again.`);
+      throw e;
+    },
+  );
+}
 
 const $ = (id) => document.getElementById(id);
 const params = new URLSearchParams(location.search);
@@ -114,13 +141,6 @@ async function boot() {
   // Until every preset has landed, only the default has its sentence and config.
   state.presets = preset_index.map((p) => (p.name === first_preset.name ? first_preset : p));
   state.version = info.version;
-  all_presets().then((m) => {
-    state.presets = m.default;
-    preset_match.key = null;
-    shown.presets = null;
-    note_preset();
-    render();
-  });
   $('version').textContent = info.version;
   // The articles' claims (their panel and a preset's links to them) come in their own module,
   // fetched now but outside the first load's budget; the preset line gains its links when it lands.
@@ -132,6 +152,8 @@ async function boot() {
   });
 
   Object.assign(state, create_store(config_from_link(location.hash)));
+  opened_with = state.config;
+  every_preset().catch(() => {});
   state.intro = !EMBED && !stored('biaslab-intro-seen');
   note_preset();
   wire_controls();
@@ -366,10 +388,13 @@ function render_embed_experiment() {
     title,
     SHOW ? null : [preset ? h('p', { class: 'claim' }, preset.claim) : null, h('details', {}, h('summary', {}, 'Config (JSON)'), h('pre', { class: 'config-pre' }, config_text()))],
   );
-  // With show=, the link to the full page ends the title line.
-  if (SHOW) title.append(' ', $('open-full'));
-  $('open-full').href = full_url();
+  // With show=, the link to the full page ends the title line (a redraw moves it to the new one:
+  // it is held here, since the old title leaves the document with it).
+  open_full ??= $('open-full');
+  if (SHOW) title.append(' ', open_full);
+  open_full.href = full_url();
 }
+let open_full = null;
 
 // ---------------------------------------------------------------------------------------------
 // Edits and history
@@ -474,8 +499,11 @@ function json_error_message(text, e) {
 function load_preset(name) {
   const preset = state.presets.find((p) => p.name === name);
   if (!preset) return;
-  if (!preset.config) {  // chosen before every preset has landed
-    all_presets().then(() => load_preset(name));
+  if (!preset.config) {
+    // Chosen before every preset has landed: loaded when they do, unless the experiment has
+    // changed meanwhile (an edit, undo or another link is the newer wish).
+    const asked = config_key();
+    every_preset().then(() => config_key() === asked && load_preset(name), () => {});
     return;
   }
   state.error = null;

@@ -4,7 +4,8 @@
 // module, fetched as the page starts but outside the first load: only the folds table shows them,
 // and a formula drawn before they land is filled in when they do.
 let FORMULAS = null;
-const formulas_loaded = import('virtual:formulas').then((m) => (FORMULAS = m.default));
+// A failed fetch leaves every formula as its LaTeX source.
+const formulas_loaded = import('virtual:formulas').then((m) => (FORMULAS = m.default), () => (FORMULAS = {}));
 
 import { h, clear, download } from './dom.js';
 import { bias_table, fold_table, minimal_table, invariance_table, to_markdown, to_csv, fmt_int, VERDICT_TEXT, VERDICT_MARK, is_undetermined, redundant_dims, undetermined_reason, bias_notes } from './table-model.js';

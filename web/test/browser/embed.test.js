@@ -11,7 +11,8 @@ import { join, resolve } from 'node:path';
 
 import { use_page, DIST, SHOTS } from '../support/page.js';
 import { serve } from '../support/static-server.js';
-import { WEB } from '../support/engine.js';
+import { WEB, load_engine } from '../support/engine.js';
+import { encode_link } from '../../src/share-codec.js';
 
 const env = use_page();
 const SECTIONS = ['biases', 'folds', 'minimal', 'sweep', 'invariances', 'card'];
@@ -185,4 +186,15 @@ test('embed: in a Hugo post at 700 px the iframe sizes itself, shows the chosen 
   } finally {
     await rm(site, { recursive: true, force: true });
   }
+});
+
+test('embed: the title names the preset a link carries, once every preset has landed', async () => {
+  // The presets' sentences and configs are fetched after the engine starts; the embed's title
+  // is drawn before that and must be drawn again when they land.
+  const engine = await load_engine();
+  const zoo = engine.presets().find((p) => p.name === 'norm-zoo');
+  const { page, problems } = await env.open(`?embed=1${encode_link(engine.schema(), JSON.parse(zoo.config))}`, { viewport: { width: 700, height: 900 } });
+  await page.waitForFunction((title) => document.querySelector('.embed-title')?.innerText.includes(title), zoo.title);
+  assert.deepEqual(problems, []);
+  await page.close();
 });
