@@ -13,10 +13,9 @@ BIASLAB_COLD void feeders(Seq& s, int i, const std::string& prefix, std::vector<
   if (i < 0 || i >= static_cast<int>(s.size())) return;
   LayerNode& n = s[i];
   const std::string nm = name_of(prefix, i);
-  if (layer_kind(n.cfg.type).has_body) return feeders(n.body, static_cast<int>(n.body.size()) - 1, body_prefix(nm), out);
-  if (!n.branches.empty()) {
-    for (size_t b = 0; b < n.branches.size(); ++b)
-      feeders(n.branches[b], static_cast<int>(n.branches[b].size()) - 1, branch_prefix(nm, b), out);
+  // A residual's body or a parallel's branches: the last layer of each.
+  if (!n.body.empty() || !n.branches.empty()) {
+    for_each_sequence(n, nm, [&](Seq& seq, const std::string& p, int) { feeders(seq, static_cast<int>(seq.size()) - 1, p, out); });
     return;
   }
   // The bias of the projection that writes the output, or the output shift of a norm.

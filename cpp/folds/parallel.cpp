@@ -13,15 +13,7 @@ namespace {
 
 // The closing biases of every branch of the parallel block at i, in branch order.
 std::vector<Feeder> closing_biases(Seq& s, int i, const std::string& prefix) {
-  std::vector<Feeder> out;
-  if (!is(s, i, LayerType::parallel)) return out;
-  LayerNode& block = s[i];
-  for (size_t b = 0; b < block.branches.size(); ++b) {
-    Seq& branch = block.branches[b];
-    for (Feeder& f : feeders(branch, static_cast<int>(branch.size()) - 1, branch_prefix(name_of(prefix, i), b)))
-      out.push_back(std::move(f));
-  }
-  return out;
+  return is(s, i, LayerType::parallel) ? feeders(s, i, prefix) : std::vector<Feeder>{};
 }
 
 }  // namespace

@@ -102,8 +102,7 @@ long count_layers(const std::vector<LayerNode>& nodes) {
   for (const auto& node : nodes) {
     for (const auto& p : node.params)
       if (p.role != ParamRole::buffer) n += p.value.size();
-    n += count_layers(node.body);
-    for (const auto& branch : node.branches) n += count_layers(branch);
+    for_each_sequence(node, "", [&](const std::vector<LayerNode>& seq, const std::string&, int) { n += count_layers(seq); });
   }
   return n;
 }
