@@ -13,6 +13,7 @@
 // Byte-level mutations of JSON almost never give a valid config (about 1 in 500), so a custom
 // mutator also edits valid inputs as configs (a layer inserted, removed, wrapped in a residual
 // block, an option or the shape changed) and prints them back; see LLVMFuzzerCustomMutator.
+#include <algorithm>
 #include <cstddef>
 #include <cstdint>
 #include <cstdio>
@@ -55,6 +56,13 @@ void measure(const std::vector<LayerConfig>& layers, long& width, Size& s) {
       case LayerType::attention:
         s.parameters += 4 * f * f + 4 * f;
         break;
+      case LayerType::conv1d:
+      case LayerType::conv2d: {
+        width = l.out_channels > 0 ? l.out_channels : f;
+        const long taps = l.type == LayerType::conv2d ? long(l.kernel_size) * l.kernel_size : l.kernel_size;
+        s.parameters += width * (f / std::max(1, l.groups)) * taps + (l.bias ? width : 0);
+        break;
+      }
       case LayerType::residual:
         measure(l.body, width, s);
         break;
@@ -168,6 +176,16 @@ void mutate_options(LayerConfig& l, Rng& rng) {
     case LayerType::gelu:
       l.approximate = l.approximate == GeluApprox::none ? GeluApprox::tanh : GeluApprox::none;
       break;
+    case LayerType::conv1d:
+    case LayerType::conv2d:
+      switch (rng() % 5) {
+        case 0: l.out_channels = pick(rng, widths); break;
+        case 1: l.kernel_size = 1 + static_cast<int>(rng() % 5); break;
+        case 2: l.padding = l.padding == ConvPadding::same ? ConvPadding::causal : ConvPadding::same; break;
+        case 3: l.groups = 1 + static_cast<int>(rng() % 6); break;
+        default: l.bias = flip(l.bias);
+      }
+      break;
     default:  // kinds without options (relu, silu, softmax) and residual (its body is edited apart)
       break;
   }
@@ -202,9 +220,17 @@ void mutate_config(ExperimentConfig& c, Rng& rng) {
   const int features[] = {1, 2, 3, 4, 6, 8, 12};
   switch (rng() % 10) {
     case 0:
-      switch (rng() % 3) {
+      switch (rng() % 4) {
         case 0: c.shape.batch = 1 + static_cast<int>(rng() % 3); break;
         case 1: c.shape.tokens = 1 + static_cast<int>(rng() % 6); break;
+        case 2:  // an image grid (its tokens follow, or not: the parser must say so), or none
+          if (rng() % 3 == 0) {
+            c.shape.grid.clear();
+          } else {
+            c.shape.grid = {1 + static_cast<int>(rng() % 3), 1 + static_cast<int>(rng() % 3)};
+            if (rng() % 4) c.shape.tokens = c.shape.grid[0] * c.shape.grid[1];
+          }
+          break;
         default: c.shape.features = pick(rng, features);
       }
       break;

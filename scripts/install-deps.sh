@@ -22,7 +22,7 @@ for g in "${groups[@]}"; do
       command -v node >/dev/null || want+=(nodejs)
       command -v npm >/dev/null || want+=(npm)
       ;;
-    torch) want+=(python3-torch python3-numpy pyflakes3) ;;
+    torch) want+=(python3-torch python3-numpy python3-torchvision pyflakes3) ;;
     fuzz) want+=(clang-14 libclang-rt-14-dev cmake make libeigen3-dev nlohmann-json3-dev) ;;
     *) echo "unknown group '$g' (native, web, torch, fuzz)" >&2; exit 2 ;;
   esac

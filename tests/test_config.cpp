@@ -21,7 +21,7 @@ namespace {
 // fields; valid (widths 48 -> 32, groupnorm 8 | 32, attention 2 heads of 16, residual 32 -> 32).
 const char* const kFullConfig = R"({
   "version": 1, "seed": 9007199254740992, "dtype": "float32",
-  "shape": {"batch": 3, "tokens": 5, "features": 48},
+  "shape": {"batch": 3, "tokens": 6, "features": 48, "grid": [2, 3]},
   "layers": [
     {"type": "linear", "out_features": 32, "bias": false},
     {"type": "layernorm", "elementwise_affine": false, "bias": false, "eps": 0.001},
@@ -41,7 +41,9 @@ const char* const kFullConfig = R"({
       {"type": "relu"},
       {"type": "residual", "body": [{"type": "layernorm", "eps": 0.25}]},
       {"type": "linear", "out_features": 32}]},
-    {"type": "parallel", "branches": [[{"type": "relu"}], [{"type": "linear", "bias": false}, {"type": "silu"}]]}
+    {"type": "parallel", "branches": [[{"type": "relu"}], [{"type": "linear", "bias": false}, {"type": "silu"}]]},
+    {"type": "conv1d", "out_channels": 16, "kernel_size": 4, "padding": "causal", "groups": 4, "bias": false},
+    {"type": "conv2d", "out_channels": 24, "kernel_size": 5, "padding": "causal", "groups": 8, "bias": false}
   ]})";
 
 const char* const kExample = R"({"version": 1, "seed": 7, "dtype": "float64",
@@ -317,6 +319,14 @@ TEST_CASE("config: wrong top-level structure and fields give one error each") {
        "at least 1"},
       {R"({"layers": [{"type": "relu"}], "shape": {"batch": -2}})", "shape.batch", "at least 1"},
       {R"({"layers": [{"type": "relu"}], "shape": {"tokens": true}})", "shape.tokens", "integer"},
+      {R"({"layers": [{"type": "relu"}], "shape": {"grid": [4]}})", "shape.grid", "[H, W]"},
+      {R"({"layers": [{"type": "relu"}], "shape": {"grid": "4x4"}})", "shape.grid", "[H, W]"},
+      {R"({"layers": [{"type": "relu"}], "shape": {"grid": [4, 0]}})", "shape.grid[1]", "at least 1"},
+      {R"({"layers": [{"type": "relu"}], "shape": {"grid": [4, 2.5]}})", "shape.grid[1]", "integer"},
+      {R"({"layers": [{"type": "relu"}], "shape": {"grid": [64, 64]}})", "shape.grid", "exceeds the limit of 1024 tokens"},
+      {R"({"layers": [{"type": "relu"}], "shape": {"grid": [3, 5], "tokens": 16}})", "shape.grid",
+       "shape.tokens is 16"},
+      {R"({"layers": [{"type": "conv2d"}]})", "layers[0].type", "needs an image grid"},
   });
 }
 
@@ -370,6 +380,11 @@ TEST_CASE("config: bad layers and options give one error with the exact path") {
        "\"train\", \"eval\""},
       {R"({"layers": [{"type": "gelu", "approximate": true}]})", "layers[0].approximate",
        "\"none\", \"tanh\""},
+      {R"({"layers": [{"type": "conv1d", "groups": 3}]})", "layers[0].groups", "divide the input width 64"},
+      {R"({"layers": [{"type": "conv1d", "groups": 4, "out_channels": 6}]})", "layers[0].groups", "divide out_channels 6"},
+      {R"({"layers": [{"type": "conv1d", "padding": "valid"}]})", "layers[0].padding", "\"same\", \"causal\""},
+      {R"({"layers": [{"type": "conv1d", "kernel_size": 0}]})", "layers[0].kernel_size", "at least 1"},
+      {R"({"layers": [{"type": "conv2d", "kernel_size": 16}], "shape": {"grid": [4, 4]}})", "layers[0].kernel_size", "at most 15"},
       {R"({"layers": [{"type": "residual", "body": []}]})", "layers[0].body", "at least one layer"},
       {R"({"layers": [{"type": "residual"}]})", "layers[0].body", "missing"},
       {R"({"layers": [{"type": "residual", "body": {"type": "relu"}}]})", "layers[0].body",
@@ -642,7 +657,9 @@ TEST_CASE("config: the schema lists every layer type and option with make_layer'
     const std::string name = type["name"];
     INFO("type " << name);
     CHECK_FALSE(type["help"].get<std::string>().empty());
-    const auto bare = parse_config(with_layers("[" + json{{"type", name}}.dump() + "]"));
+    json bare_doc = with_layers("[" + json{{"type", name}}.dump() + "]");
+    if (layer_kind(find_layer_kind(name)->type).needs_grid) bare_doc["shape"] = {{"grid", {4, 4}}};
+    const auto bare = parse_config(bare_doc);
     // A residual or a parallel cannot be bare; every other type parses alone to make_layer's value.
     if (name == "residual" || name == "parallel") {
       CHECK(bare.error().path == (name == "residual" ? "layers[0].body" : "layers[0].branches"));
@@ -671,7 +688,9 @@ TEST_CASE("config: the schema lists every layer type and option with make_layer'
       }
       // Stating the schema default explicitly gives make_layer's layer.
       json layer = {{"type", name}, {key, opt["default"]}};
-      const auto r = parse_config(with_layers("[" + layer.dump() + "]"));
+      json doc = with_layers("[" + layer.dump() + "]");
+      if (bare_doc.contains("shape")) doc["shape"] = bare_doc["shape"];
+      const auto r = parse_config(doc);
       INFO(r.error().what());
       REQUIRE(r.ok());
       CHECK(r->layers[0] == make_layer(made.type));
@@ -711,7 +730,7 @@ TEST_CASE("config: the schema states the top-level fields and the limits") {
     CHECK(r.value() == plain.value());
   }
   CHECK(names == std::vector<std::string>{"version", "seed", "dtype", "shape.batch", "shape.tokens",
-                                          "shape.features", "layers"});
+                                          "shape.features", "shape.grid", "layers"});
   const json& limits = schema["limits"];
   CHECK(limits["max_batch"] == Limits::max_batch);
   CHECK(limits["max_tokens"] == Limits::max_tokens);

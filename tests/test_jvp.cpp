@@ -85,6 +85,15 @@ TEST_CASE("jvp: parallel blocks, nested ones and blocks within branches included
     {"type": "layernorm"})"));
 }
 
+TEST_CASE("jvp: convolutions, their biases and what they carry to the output") {
+  // A bias tangent constant over the tokens stops being so at a padded convolution's borders.
+  check_all_biases(R"({"version": 1, "seed": 2, "shape": {"batch": 2, "features": 4, "grid": [3, 3]}, "layers": [
+      {"type": "conv2d", "groups": 2}, {"type": "batchnorm"}, {"type": "relu"},
+      {"type": "conv1d", "kernel_size": 4, "padding": "causal", "out_channels": 6},
+      {"type": "layernorm"}, {"type": "conv2d", "kernel_size": 2, "padding": "causal", "groups": 6},
+      {"type": "groupnorm", "num_groups": 3}]})");
+}
+
 TEST_CASE("jvp: a linear bias matches central differences through linear, relu and gelu") {
   SUBCASE("linear alone") { check_all_biases(net(2, 3, 4, R"({"type": "linear"})")); }
   SUBCASE("linear, relu, linear") {

@@ -395,17 +395,21 @@ TEST_CASE("theory: every preset analyses, and every bias row is consistent or ca
   }
 }
 
+namespace {
+// A report's redundant dimension per bias, and the rules of its folds.
+std::map<std::string, int> dims(const json& r) {
+  std::map<std::string, int> d;
+  for (const json& b : r.at("biases")) d[b.at("param").get<std::string>()] = b.at("redundant_dim").get<int>();
+  return d;
+}
+std::multiset<std::string> rules(const json& r) {
+  std::multiset<std::string> s;
+  for (const json& f : r.at("folds")) s.insert(f.at("rule").get<std::string>());
+  return s;
+}
+}  // namespace
+
 TEST_CASE("presets: gpt2-block, bert-layer and pythia-block say what their reports find") {
-  auto dims = [](const json& r) {
-    std::map<std::string, int> d;
-    for (const json& b : r.at("biases")) d[b.at("param").get<std::string>()] = b.at("redundant_dim").get<int>();
-    return d;
-  };
-  auto rules = [](const json& r) {
-    std::multiset<std::string> s;
-    for (const json& f : r.at("folds")) s.insert(f.at("rule").get<std::string>());
-    return s;
-  };
   // GPT-2 with ln_f: the key bias (96 of 96), and the mean of what writes into the stream.
   const json gpt2 = report_of(find_preset("gpt2-block")->config);
   const std::map<std::string, int> expected_gpt2{
@@ -437,4 +441,33 @@ TEST_CASE("presets: gpt2-block, bert-layer and pythia-block say what their repor
   const std::string sentence = find_preset("pythia-block")->claim;
   for (const char* quoted : {"72 of 96", "drop_unrotated_key_bias", "centre_writers", "use_parallel_residual", "merge_branch_biases"})
     CHECK(sentence.find(quoted) != std::string::npos);
+}
+
+TEST_CASE("presets: resnet-basic-block and convnext-block say what their reports find") {
+  // ResNet: BatchNorm (train) cancels each conv bias whole; its own shifts meet a ReLU.
+  const json resnet = report_of(find_preset("resnet-basic-block")->config);
+  const std::map<std::string, int> expected_resnet{{"layers.0.body.0.bias", 64}, {"layers.0.body.1.bias", 0},
+                                                   {"layers.0.body.3.bias", 64}, {"layers.0.body.4.bias", 0}};
+  CHECK(dims(resnet) == expected_resnet);
+  CHECK(rules(resnet) == std::multiset<std::string>{"drop_bias_before_norm", "drop_bias_before_norm"});
+  CHECK(bias_row(resnet, "layers.0.body.0.bias").at("verdict") == "redundant");
+  const std::string resnet_claim = find_preset("resnet-basic-block")->claim;
+  for (const char* quoted : {"64 of 64", "drop_bias_before_norm", "bias=False", "fuse_conv_batchnorm_eval"})
+    CHECK(resnet_claim.find(quoted) != std::string::npos);
+  // Its eval-mode twin: both BatchNorms fuse into the convolutions, exactly.
+  json eval = json::parse(find_preset("resnet-basic-block")->config);
+  for (const char* at : {"/layers/0/body/1", "/layers/0/body/4"}) eval[json::json_pointer(at)]["mode"] = "eval";
+  const json fused = report_of(eval.dump());
+  CHECK(rules(fused) == std::multiset<std::string>{"fuse_conv_batchnorm_eval", "fuse_conv_batchnorm_eval"});
+  for (const json& f : fused.at("folds")) CHECK(f.at("exact") == true);
+  // ConvNeXt: the mean of the depthwise conv's bias and of pwconv2's, through LayerNorms.
+  const json convnext = report_of(find_preset("convnext-block")->config);
+  const std::map<std::string, int> expected_convnext{{"layers.0.body.0.bias", 1}, {"layers.0.body.1.bias", 0},
+                                                     {"layers.0.body.2.bias", 0}, {"layers.0.body.4.bias", 1},
+                                                     {"layers.1.bias", 0}};
+  CHECK(dims(convnext) == expected_convnext);
+  CHECK(rules(convnext) == std::multiset<std::string>{"centre_bias_before_norm", "centre_bias_before_norm", "fold_layernorm_affine"});
+  const std::string convnext_claim = find_preset("convnext-block")->claim;
+  for (const char* quoted : {"1 of 96", "centre_bias_before_norm", "fold_layernorm_affine", "groups 96"})
+    CHECK(convnext_claim.find(quoted) != std::string::npos);
 }

@@ -64,7 +64,9 @@ BIASLAB_COLD std::string explain(const Model& m, const ModelParam& p, int k, int
       if (via.empty()) via = "through the residual add, ";
       continue;
     }
-    if (o.kind == OpKind::linear || (o.kind == OpKind::norm && o.norm == NormKind::batch_eval)) {
+    // A 1 x 1 convolution is a Linear applied at every position.
+    const bool pointwise = o.kind == OpKind::conv && o.kernel_h * o.kernel_w == 1;
+    if (o.kind == OpKind::linear || pointwise || (o.kind == OpKind::norm && o.norm == NormKind::batch_eval)) {
       if (!(o.kind == OpKind::norm && i == static_cast<size_t>(p.op) + 1 && k == 0)) {
         via = "through the linear maps that follow, ";
         continue;

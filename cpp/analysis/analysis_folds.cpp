@@ -34,7 +34,7 @@ BIASLAB_COLD MinimalModel minimal_model(Context& c) {
       if (!cand.rule->in_minimal) continue;
       FoldApplied a;
       Network next = apply_fold(net, cand, a);
-      if (count_parameters(next) >= now) continue;
+      if (!a.inexact.empty() || count_parameters(next) >= now) continue;
       mm.steps.push_back({cand.rule->id, a.layers, now - count_parameters(next)});
       net = std::move(next);
       changed = true;

@@ -44,12 +44,13 @@ BIASLAB_COLD std::vector<Probe> analyse_invariances(Context& c) {
   const auto& wf = c.ev->weights32();
   const auto& wd = c.ev->weights64();
   const DType dt = m.dtype;
-  bool positional = false;
+  bool positional = false, conv = false;  // conv: a kernel wider than one token
   for (size_t i = 0; i < m.ops.size(); ++i) {
     const Op& op = m.ops[i];
     const Mat& xd = trace.inputs[i];
     const MatT<float> xf = xd.cast<float>();
     if (op.kind == OpKind::attention) positional = positional || op.causal || op.rope;
+    if (op.kind == OpKind::conv && op.kernel_h * op.kernel_w > 1) conv = true;
     if (op.kind == OpKind::attention && can_permute) {
       const std::string exp_note = op.causal ? "a causal mask breaks it" : op.rope ? "RoPE breaks it" : "";
       const Eval base = combine_eval(dt, attention_core<float>(m, op, wf, xf, xf, B),
@@ -122,8 +123,9 @@ BIASLAB_COLD std::vector<Probe> analyse_invariances(Context& c) {
     base_p.y = permute_tokens(base_p.y, perm, B);
     base_p.y_other = permute_tokens(base_p.y_other, perm, B);
     probes.push_back({"model: permute tokens", "model", "x -> P x, compared with P out",
-                      positional ? "changes" : "equivariant",
-                      positional ? "a causal mask or RoPE gives tokens positions" : "",
+                      positional || conv ? "changes" : "equivariant",
+                      conv ? "a convolution reads each token's neighbours"
+                           : positional ? "a causal mask or RoPE gives tokens positions" : "",
                       Evaluator::compare(base_p, out)});
   }
   return probes;

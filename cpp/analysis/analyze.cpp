@@ -1,6 +1,7 @@
 // analyze(): the pipeline of the analyses (analysis.hpp, one file each) and the report built
 // from their results, with its summary, structural notes and work figures.
 #include "analysis/analyze.hpp"
+#include "layers/conv.hpp"
 
 #include <algorithm>
 #include <chrono>
@@ -57,6 +58,18 @@ BIASLAB_COLD std::optional<Error> check_work(const Model& m) {
 
 }  // namespace
 
+namespace {
+// Whether a layer list holds a convolution, in a body or a branch too.
+bool has_conv(const std::vector<LayerConfig>& layers) {
+  for (const LayerConfig& l : layers) {
+    if (l.type == LayerType::conv1d || l.type == LayerType::conv2d || has_conv(l.body)) return true;
+    for (const auto& branch : l.branches)
+      if (has_conv(branch)) return true;
+  }
+  return false;
+}
+}  // namespace
+
 BIASLAB_COLD json analyze(const ExperimentConfig& cfg, const AnalyzeOptions& opt) {
   using clock = std::chrono::steady_clock;
   const auto t0 = clock::now();
@@ -64,6 +77,13 @@ BIASLAB_COLD json analyze(const ExperimentConfig& cfg, const AnalyzeOptions& opt
   Context c(cfg, opt);
   try {
     c.step("building", 0.0);
+    // The page's first-load engine leaves out what runs a convolution (cpp/wasm/conv_lean.cpp): it
+    // says so before any work, and the page asks the engine that has it.
+    if (!conv_kernel_linked() && has_conv(cfg.layers)) {
+      json e = error_json({"", "this config needs the engine with convolutions"});
+      e["needs_full_engine"] = true;
+      return e;
+    }
     c.net = build_network(cfg);
     sync_network(c.net);
     c.model = compile(c.net);

@@ -135,7 +135,10 @@ std::string format_report(const json& r, TextFormat f) {
   const json shape = c.value("shape", json::object());
   std::ostringstream head;
   head << "biaslab " << r.value("biaslab_version", "") << ": " << dtype << ", batch "
-       << shape.value("batch", 0) << " x tokens " << shape.value("tokens", 0) << " x features "
+       << shape.value("batch", 0) << " x tokens " << shape.value("tokens", 0);
+  if (shape.contains("grid") && shape["grid"].is_array() && shape["grid"].size() == 2)
+    head << " (grid " << shape["grid"][0].get<int>() << " x " << shape["grid"][1].get<int>() << ")";
+  head << " x features "
        << shape.value("features", 0) << ", " << s.value("parameters", 0) << " parameters";
   if (f == TextFormat::markdown) o << "**" << head.str() << "**\n\n";
   else o << head.str() << "\n";
@@ -184,6 +187,11 @@ std::string format_report(const json& r, TextFormat f) {
     o << heading("Folds", f);
     if (folds.rows.empty()) o << "No fold applies to this stack.\n";
     else o << folds.render(f);
+    // Markdown: a blank line first, or the note reads as one more row of the table.
+    for (const auto& fo : r["folds"])
+      if (field(fo, "inexact_because").is_string())
+        o << (f == TextFormat::markdown ? "\n" : "(!) ") << fo.value("rule", "") << " at " << join(fo["where"], " + ")
+          << " is not exact: " << fo["inexact_because"].get<std::string>() << "\n";
   }
   if (r.contains("minimal_model")) {
     const json& m = r["minimal_model"];

@@ -75,6 +75,8 @@ BIASLAB_COLD json fold_row_json(const FoldResult& f) {
               {"dof_removed", f.applied.dof_removed}};
   row.update(delta_json(f.delta));
   row["exact"] = f.exact();
+  // A rewrite the theory says is off here (zero padding) states why; the measurement shows by how much.
+  if (!f.applied.inexact.empty()) row["inexact_because"] = f.applied.inexact;
   return row;
 }
 
@@ -167,7 +169,11 @@ BIASLAB_COLD void layers_json(const std::vector<LayerNode>& nodes, const std::st
     const std::string name = layer_name(seq_prefix, i);
     json params = json::array();
     for (const Param& p : n.params) {
-      json shape = p.role == ParamRole::weight ? json::array({p.value.rows(), p.value.cols()}) : json::array({p.value.rows()});
+      json shape = json::array();
+      if (p.dims.rank)
+        for (int d = 0; d < p.dims.rank; ++d) shape.push_back(p.dims.size[d]);
+      else if (p.role == ParamRole::weight) shape = json::array({p.value.rows(), p.value.cols()});
+      else shape = json::array({p.value.rows()});
       params.push_back({{"name", param_name(name, p.local)}, {"role", param_role_name(p.role)}, {"shape", shape}});
     }
     out.push_back({{"name", name}, {"type", layer_type_name(n.cfg.type)}, {"in", n.in_width},

@@ -76,6 +76,7 @@ double structural_flops_per_input(const Model& m, const ModelParam& p) {
       per_direction += (i == p.op ? 0 : 4 * N * op.in * op.out) + 10 * N * op.out;
     } else if (i > p.op) {
       if (op.kind == OpKind::linear) per_direction += 2 * N * op.in * op.out;
+      else if (op.kind == OpKind::conv) per_direction += 2 * N * op.in / op.groups * op.out * op.kernel_h * op.kernel_w;
       else per_direction += 10 * N * F;
     }
   }

@@ -10,8 +10,10 @@ namespace biaslab {
 
 namespace {
 
-// Projection weights keep their (out, in) matrix shape; every other parameter is a vector.
+// Projection weights keep their (out, in) matrix shape, convolution weights their torch shape;
+// every other parameter is a vector.
 std::vector<std::int64_t> param_shape(const Param& p) {
+  if (p.dims.rank) return p.dims.list();
   if (p.role == ParamRole::weight) return {p.value.rows(), p.value.cols()};
   return {p.value.rows()};
 }

@@ -161,6 +161,7 @@ verdicts and folds are what should agree.
   // token or one value.
   if (needs.has("attention")) out += py::attention;
   if (needs.has("glu")) out += py::glu;
+  if (needs.has("conv")) out += py::conv;
   if (needs.has("rmsnorm")) out += py::rmsnorm;
   if (needs.has("layer_norm_without_bias")) out += py::layer_norm_without_bias;
   const bool groupnorm = needs.has("groupnorm") || needs.has("groupnorm_one_value");
@@ -188,9 +189,13 @@ verdicts and folds are what should agree.
     if (sets_biases) out += py::fold_common;
     if (uses_feeder) out += py::feeder;
     if (rules.count("fold_layernorm_affine") || rules.count("fold_rmsnorm_gain")) out += py::fold_norm_affine;
-    if (rules.count("fuse_linear_batchnorm_eval") || rules.count("fuse_batchnorm_eval_linear")) out += py::batchnorm_eval;
+    if (rules.count("fuse_linear_batchnorm_eval") || rules.count("fuse_batchnorm_eval_linear") ||
+        rules.count("fuse_conv_batchnorm_eval") || rules.count("fuse_batchnorm_eval_conv"))
+      out += py::batchnorm_eval;
     if (rules.count("fuse_linear_batchnorm_eval")) out += py::fuse_linear_batchnorm_eval;
     if (rules.count("fuse_batchnorm_eval_linear")) out += py::fuse_batchnorm_eval_linear;
+    if (rules.count("fuse_conv_batchnorm_eval")) out += py::fuse_conv_batchnorm_eval;
+    if (rules.count("fuse_batchnorm_eval_conv")) out += py::fuse_batchnorm_eval_conv;
     if (rules.count("drop_key_bias")) out += py::drop_key_bias;
     if (rules.count("drop_unrotated_key_bias")) out += py::drop_unrotated_key_bias;
     if (rules.count("fold_value_bias")) out += py::fold_value_bias;

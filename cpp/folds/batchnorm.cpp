@@ -15,6 +15,16 @@ BIASLAB_COLD void bn_scale_shift(const LayerNode& bn, Vec& s, Vec& t) {
   t = beta - s.cwiseProduct(mu);  // BN_eval(z) = s z + t
 }
 
+// The record of a BatchNorm (eval) at `bn_index` merged into the layer at `into_index`: its gain
+// and shift move into that layer's weight and bias (the running statistics are buffers).
+BIASLAB_COLD void record_bn_merge(const Seq& s, int bn_index, int into_index, const std::string& prefix, FoldApplied& out) {
+  const std::string bn = name_of(prefix, bn_index), into = name_of(prefix, into_index);
+  out.layers = bn_index < into_index ? std::vector<std::string>{bn, into} : std::vector<std::string>{into, bn};
+  for (const auto& p : s[bn_index].params)
+    if (p.role != ParamRole::buffer) out.moves.push_back({param_name(bn, p.local), param_name(into, p.local == "weight" ? "weight" : "bias")});
+  out.dof_removed = s[bn_index].cfg.affine ? 2 * static_cast<int>(s[bn_index].in_width) : 0;
+}
+
 bool match_linear_bn(const Seq& s, int i) {
   return is(s, i, LayerType::linear) && is_bn(s, i + 1, BatchNormMode::eval);
 }
@@ -27,11 +37,7 @@ BIASLAB_COLD void apply_linear_bn(Seq& s, int i, const std::string& prefix, Fold
   w->value = sc.asDiagonal() * w->value;
   lin.cfg.bias = true;
   set_param(lin, "bias", ParamRole::bias, sc.cwiseProduct(b) + t);
-  const std::string ln = name_of(prefix, i), bn = name_of(prefix, i + 1);
-  out.layers = {ln, bn};
-  for (const auto& p : s[i + 1].params)
-    if (p.role != ParamRole::buffer) out.moves.push_back({param_name(bn, p.local), param_name(ln, p.local == "weight" ? "weight" : "bias")});
-  out.dof_removed = s[i + 1].cfg.affine ? 2 * static_cast<int>(sc.size()) : 0;
+  record_bn_merge(s, i + 1, i, prefix, out);
   s.erase(s.begin() + i + 1);
 }
 
@@ -48,11 +54,7 @@ BIASLAB_COLD void apply_bn_linear(Seq& s, int i, const std::string& prefix, Fold
   lin.find("weight")->value = W * sc.asDiagonal();
   lin.cfg.bias = true;
   set_param(lin, "bias", ParamRole::bias, b);
-  const std::string bn = name_of(prefix, i), ln = name_of(prefix, i + 1);
-  out.layers = {bn, ln};
-  for (const auto& p : s[i].params)
-    if (p.role != ParamRole::buffer) out.moves.push_back({param_name(bn, p.local), param_name(ln, p.local == "weight" ? "weight" : "bias")});
-  out.dof_removed = s[i].cfg.affine ? 2 * static_cast<int>(sc.size()) : 0;
+  record_bn_merge(s, i, i + 1, prefix, out);
   s.erase(s.begin() + i);
 }
 

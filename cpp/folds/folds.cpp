@@ -1,5 +1,5 @@
 // The fold rules' table and how they are found and applied. The rules themselves are in files by
-// family (norm_affine, batchnorm, attention, bias_before_norm, residual_stream, parallel, linear); they match a layer and its
+// family (norm_affine, batchnorm, conv, attention, bias_before_norm, residual_stream, parallel, linear); they match a layer and its
 // neighbour on what the layers declare (layers/layer.hpp, FoldTraits).
 #include "folds/folds.hpp"
 
@@ -24,6 +24,12 @@ BIASLAB_COLD const std::vector<FoldRule>& fold_rules() {
       {"fuse_batchnorm_eval_linear", "BatchNorm (eval) then Linear into one Linear",
        R"(s=\gamma/\sqrt{\sigma^2+\epsilon}:\ W'=W\operatorname{diag}(s),\ b'=W(\beta-s\odot\mu)+b)", true,
        match_bn_linear, apply_bn_linear},
+      {"fuse_conv_batchnorm_eval", "Convolution then BatchNorm (eval) into one convolution",
+       R"(s=\gamma/\sqrt{\sigma^2+\epsilon}:\ W'_{o}=s_o W_{o},\ b'=s\odot(b-\mu)+\beta)", true,
+       match_conv_bn, apply_linear_bn},
+      {"fuse_batchnorm_eval_conv", "BatchNorm (eval) then convolution into one convolution (exact only without padding)",
+       R"(W'_{o,c}=W_{o,c}\,s_c,\ b'_o=b_o+\textstyle\sum_{c,k}W_{o,c,k}\,t_c \text{ (inside the grid)})", true,
+       match_bn_conv, apply_bn_conv},
       {"drop_key_bias", "Drop the key bias (softmax is shift invariant)",
        R"(\mathrm{softmax}_j(q_i\cdot(k_j+b_K)) = \mathrm{softmax}_j(q_i\cdot k_j))", true, match_key_bias,
        apply_key_bias},

@@ -27,8 +27,8 @@ BIASLAB_COLD void apply_linear_linear(Seq& s, int i, const std::string& prefix, 
   a.cfg.bias = has_bias;
   a.out_width = static_cast<int>(W2.rows());
   a.params.clear();
-  a.params.push_back({"weight", ParamRole::weight, W2 * W1});
-  if (has_bias) a.params.push_back({"bias", ParamRole::bias, bias});
+  a.params.push_back({"weight", ParamRole::weight, W2 * W1, {}});
+  if (has_bias) a.params.push_back({"bias", ParamRole::bias, bias, {}});
   out.dof_removed = static_cast<int>(before - (W2.rows() * W1.cols() + (has_bias ? W2.rows() : 0)));
   s.erase(s.begin() + i + 1);
 }

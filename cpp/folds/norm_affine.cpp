@@ -52,7 +52,7 @@ bool match_ln_to_rms(const Seq& s, int i) {
   if (!is(s, i + 1, LayerType::layernorm)) return false;
   const LayerNode& ln = s[i + 1];
   if (ln.find("bias")) return false;
-  return traits(s, i).writes != nullptr;
+  return i >= 0 && centrable_writer(s[i]) != nullptr;
 }
 BIASLAB_COLD void apply_ln_to_rms(Seq& s, int i, const std::string& prefix, FoldApplied& out) {
   LayerNode& w = s[i];

@@ -21,13 +21,14 @@ int run_end(const Seq& s, int i) {
 }
 
 // Whether `n` writes through a projection (a Linear, attention's o_proj, a GLU's down_proj).
-const Projection* writer_of(const LayerNode& n) { return fold_traits(n.cfg.type).writes; }
+// A grouped convolution's rows cannot be centred: it is left out.
+const Projection* writer_of(const LayerNode& n) { return centrable_writer(n); }
 
 // The rule's site: the layer writing into the stream before the run when there is one, else the
 // run's first block. Returns the first block's index, or -1 when i is not a site.
 int run_start(const Seq& s, int i) {
-  if (traits(s, i).writes && is_block(s, i + 1)) return i + 1;
-  if (is_block(s, i) && !is_block(s, i - 1) && !traits(s, i - 1).writes) return i;
+  if (i >= 0 && i < static_cast<int>(s.size()) && writer_of(s[i]) && is_block(s, i + 1)) return i + 1;
+  if (is_block(s, i) && !is_block(s, i - 1) && !(i > 0 && writer_of(s[i - 1]))) return i;
   return -1;
 }
 

@@ -22,6 +22,12 @@ inline const FoldTraits& traits(const Seq& s, int i) {
   static const FoldTraits none{};
   return i >= 0 && i < static_cast<int>(s.size()) ? fold_traits(s[i].cfg.type) : none;
 }
+// The projection whose output rows a rule may centre (W - 1 mean(W)): the layer's `writes`,
+// unless its rows read different inputs (grouped). Null: none.
+inline const Projection* centrable_writer(const LayerNode& n) {
+  const FoldTraits& t = fold_traits(n.cfg.type);
+  return t.writes && !(t.grouped && t.grouped(n.cfg)) ? t.writes : nullptr;
+}
 inline bool is_bn(const Seq& s, int i, BatchNormMode mode) {
   return is(s, i, LayerType::batchnorm) && s[i].cfg.mode == mode;
 }
@@ -46,9 +52,9 @@ inline void set_param(LayerNode& n, const std::string& local, ParamRole role, co
   std::vector<Param> fresh = declare_params(n.cfg, n.in_width, n.out_width, 0, "");
   std::vector<Param> merged;
   for (auto& f : fresh) {
-    if (f.local == local) merged.push_back({local, role, value});
+    if (f.local == local) merged.push_back({local, role, value, {}});  // biases and gains: vectors
     else if (const Param* old = n.find(f.local)) merged.push_back(*old);
-    else merged.push_back({f.local, f.role, Mat::Zero(f.value.rows(), f.value.cols())});
+    else merged.push_back({f.local, f.role, Mat::Zero(f.value.rows(), f.value.cols()), {}});
   }
   n.params = std::move(merged);
 }
@@ -97,6 +103,13 @@ bool match_linear_bn(const Seq& s, int i);
 void apply_linear_bn(Seq& s, int i, const std::string& prefix, FoldApplied& out);
 bool match_bn_linear(const Seq& s, int i);
 void apply_bn_linear(Seq& s, int i, const std::string& prefix, FoldApplied& out);
+// The convolutions' rules (folds/conv.cpp; stand-ins that never match in the page's first-load
+// engine, cpp/wasm/conv_lean.cpp).
+bool match_conv_bn(const Seq& s, int i);
+bool match_bn_conv(const Seq& s, int i);
+void apply_bn_conv(Seq& s, int i, const std::string& prefix, FoldApplied& out);
+void bn_scale_shift(const LayerNode& bn, Vec& s, Vec& t);
+void record_bn_merge(const Seq& s, int bn_index, int into_index, const std::string& prefix, FoldApplied& out);
 bool match_key_bias(const Seq& s, int i);
 void apply_key_bias(Seq& s, int i, const std::string& prefix, FoldApplied& out);
 bool match_unrotated_key_bias(const Seq& s, int i);

@@ -58,6 +58,7 @@ class CompileContext {
       : m_(m), node_(node), name_(std::move(name)), index_(index), seq_(seq) {}
   const LayerNode& node() const { return node_; }
   const LayerConfig& cfg() const { return node_.cfg; }
+  const Model& model() const { return m_; }
   // A new op of this layer (widths and names filled in); `kind` is its op family.
   Op op(OpKind kind) const;
   // The index of the op emit() adds next.
@@ -118,6 +119,9 @@ struct FoldTraits {
   // and over how many equal groups of features it cancels b's mean (0: it does not).
   bool (*cancels_shift)(const LayerConfig& c) = nullptr;
   int (*cancels_mean_groups)(const LayerConfig& c) = nullptr;
+  // Whether the rows of the `writes` weight read different inputs (a grouped convolution): the
+  // rules that centre those rows (W - 1 mean(W)) then leave the layer alone. Null: never.
+  bool (*grouped)(const LayerConfig& c) = nullptr;
 };
 
 // The torch.nn expression that builds a layer (node.in_width: its input width); notes the Python
@@ -160,6 +164,11 @@ struct LayerKind {
   // at `path`.<inner_option>. Null: no wider one than its input and output.
   int (*inner_width)(const LayerConfig& c, int in) = nullptr;
   const char* inner_option = nullptr;
+  // Whether the kind needs shape.grid (conv2d).
+  bool needs_grid = false;
+  // The torch shape of parameter `local` where it is not the matrix it is held as (Param::dims:
+  // a convolution's weight). Null: none differs.
+  TorchShape (*torch_shape)(const LayerConfig& c, int in, int out, const std::string& local) = nullptr;
 };
 
 // A kind's fold traits, or empty ones.

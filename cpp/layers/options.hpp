@@ -11,7 +11,7 @@
 
 namespace biaslab {
 
-enum class SpecKind { boolean, integer, number, enumeration, layers, branches };
+enum class SpecKind { boolean, integer, number, enumeration, layers, branches, grid };
 
 // Describes one field of the format, independent of where it is stored.
 struct Spec {
@@ -59,10 +59,16 @@ constexpr Spec layer_lists(const char* name, int min, const char* help) {
   return {name, SpecKind::branches, 0, static_cast<double>(min), 0, false, nullptr, nullptr, nullptr, help};
 }
 
+// A grid [H, W] of positive integers up to `max`, or absent (shape.grid).
+constexpr Spec grid(const char* name, double max, const char* help) {
+  return {name, SpecKind::grid, 0, 1, max, false, nullptr, nullptr, nullptr, help};
+}
+
 // The member of LayerConfig an option is stored in.
 using LayerBinding = std::variant<bool LayerConfig::*, int LayerConfig::*, double LayerConfig::*,
                                   BatchNormMode LayerConfig::*, GeluApprox LayerConfig::*,
                                   RopeStyle LayerConfig::*, QkNorm LayerConfig::*, GluActivation LayerConfig::*,
+                                  ConvPadding LayerConfig::*,
                                   std::vector<LayerConfig> LayerConfig::*,
                                   std::vector<std::vector<LayerConfig>> LayerConfig::*>;
 

@@ -4,6 +4,8 @@
 // of options exists.
 #include "model/config.hpp"
 
+#include "core/cold.hpp"
+
 #include "layers/layer.hpp"
 #include "layers/options.hpp"
 #include "model/config_values.hpp"
@@ -35,7 +37,8 @@ constexpr const char* kDTypes[] = {"float32", "float64", nullptr};
 // The top-level fields. A dotted name lives in a nested object ("shape.batch").
 using TopBinding = std::variant<int ExperimentConfig::*, std::uint64_t ExperimentConfig::*,
                                 DType ExperimentConfig::*,
-                                std::vector<LayerConfig> ExperimentConfig::*, int Shape::*>;
+                                std::vector<LayerConfig> ExperimentConfig::*, int Shape::*,
+                                std::vector<int> Shape::*>;
 
 struct TopField {
   Spec spec;
@@ -58,6 +61,11 @@ constexpr TopField kTopFields[] = {
     {integer("shape.features", 64, 1, Limits::max_features, "features",
              "Width of the input, in features per token."),
      &Shape::features},
+    {grid("shape.grid", Limits::max_tokens,
+          "An image grid [H, W] for conv2d: the tokens (H * W, the default) are its positions row by row, "
+          "x.flatten(2).transpose(1, 2) of (B, C, H, W); batchnorm then acts as BatchNorm2d, "
+          "instancenorm as InstanceNorm2d."),
+     &Shape::grid},
     {layer_list("layers", "The stack of layers, applied in order."), &ExperimentConfig::layers},
 };
 
@@ -133,8 +141,14 @@ template <class T>
 const T& ref(const ExperimentConfig& c, T ExperimentConfig::*m) {
   return c.*m;
 }
-int& ref(ExperimentConfig& c, int Shape::*m) { return c.shape.*m; }
-const int& ref(const ExperimentConfig& c, int Shape::*m) { return c.shape.*m; }
+template <class T>
+T& ref(ExperimentConfig& c, T Shape::*m) {
+  return c.shape.*m;
+}
+template <class T>
+const T& ref(const ExperimentConfig& c, T Shape::*m) {
+  return c.shape.*m;
+}
 // One layer object at `path`; `depth` is the residual nesting of the list holding it.
 template <class J>
 Failure parse_layer(LayerConfig& out, const J& v, const std::string& path, int depth) {
@@ -293,6 +307,8 @@ Failure check_stack(const std::vector<LayerConfig>& layers, const std::string& p
     const int out = kind.out_width ? kind.out_width(l, in) : in;
     if (out != in)
       if (auto e = check_activations(w, out, lp + ".out_features", "out_features")) return e;
+    if (kind.needs_grid && w.shape.grid.empty())
+      return Error{lp + ".type", std::string(kind.name) + " needs an image grid: set shape.grid to [H, W] with H * W = tokens"};
     if (kind.check)
       if (auto e = kind.check(l, in, lp)) return e;
     if (kind.inner_width)
@@ -340,6 +356,21 @@ Failure check_semantics(const ExperimentConfig& c) {
   return check_stack(c.layers, "layers", width, w);
 }
 
+// A grid sets the tokens (H * W) unless they are given, and must then agree with them.
+BIASLAB_COLD Failure settle_grid(ExperimentConfig& c, bool tokens_given) {
+  const std::vector<int>& g = c.shape.grid;
+  if (g.empty()) return std::nullopt;
+  const long long cells = static_cast<long long>(g[0]) * g[1];
+  const bool too_many = cells > Limits::max_tokens;
+  if (too_many || (tokens_given && c.shape.tokens != cells))
+    return Error{"shape.grid", "H * W = " + std::to_string(cells) +
+                                   (too_many ? " exceeds the limit of " + std::to_string(Limits::max_tokens) + " tokens"
+                                             : " positions, but shape.tokens is " + std::to_string(c.shape.tokens) +
+                                                   "; omit tokens or make them equal")};
+  c.shape.tokens = static_cast<int>(cells);
+  return std::nullopt;
+}
+
 template <class J>
 Result<ExperimentConfig> parse_document(const J& j) {
   try {
@@ -348,6 +379,8 @@ Result<ExperimentConfig> parse_document(const J& j) {
     for (const auto& f : kTopFields)
       std::visit([&](auto m) { set_default(ref(c, m), f.spec); }, f.member);
     if (auto e = parse_top_object(c, j, "")) return *e;
+    const auto shape = j.find("shape");
+    if (auto e = settle_grid(c, shape != j.end() && shape->is_object() && shape->contains("tokens"))) return *e;
     for (const auto& f : kTopFields) {
       if (f.spec.kind != Kind::layers) continue;
       const std::string name = f.spec.name;  // required lists are top-level names
@@ -461,6 +494,7 @@ Json config_to_json(const ExperimentConfig& c) {
   for (const auto& f : kTopFields) {
     const std::string name = f.spec.name;
     const std::size_t dot = name.find('.');
+    if (f.spec.kind == Kind::grid && c.shape.grid.empty()) continue;  // printed only when set
     json& slot = dot == std::string::npos ? j[name] : j[name.substr(0, dot)][name.substr(dot + 1)];
     std::visit([&](auto m) { slot = value_json(ref(c, m), f.spec); }, f.member);
   }

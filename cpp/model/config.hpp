@@ -28,6 +28,7 @@ enum class GeluApprox { none, tanh };
 enum class RopeStyle { half, interleaved };
 enum class QkNorm { none, layernorm, rmsnorm };
 enum class GluActivation { silu, gelu, gelu_tanh };
+enum class ConvPadding { same, causal };
 
 // Options of all layer types; only those the schema lists for `type` are meaningful. Defaults
 // depend on the type (PyTorch's: InstanceNorm1d has affine=False), so build layers with
@@ -59,6 +60,11 @@ struct LayerConfig {
   // glu (and bias, shared by its three projections as Hugging Face's mlp_bias)
   int hidden = 0;  // 0: 4 x the input width
   GluActivation activation = GluActivation::silu;
+  // conv1d, conv2d (and bias): zero-padded, stride 1, so the tokens keep their number
+  int out_channels = 0;  // 0: the input width
+  int kernel_size = 3;
+  ConvPadding padding = ConvPadding::same;
+  int groups = 1;  // depthwise when it equals the input width
   // residual: computes x + body(x)
   std::vector<LayerConfig> body;
   // parallel: computes x + the sum of branch(x) over its branches
@@ -67,6 +73,9 @@ struct LayerConfig {
 
 struct Shape {
   int batch = 2, tokens = 16, features = 64;
+  // An image grid [H, W] (empty: none): the tokens of a sample are its H x W positions, row by
+  // row (torch's x.flatten(2).transpose(1, 2) of (B, C, H, W)), so tokens = H * W.
+  std::vector<int> grid;
 };
 
 struct ExperimentConfig {

@@ -42,6 +42,8 @@ inline const char* kind_name(Kind k) {
       return "layers";
     case Kind::branches:
       return "layer_lists";
+    case Kind::grid:
+      return "grid";
   }
   return "unknown";
 }
@@ -67,6 +69,7 @@ std::enable_if_t<std::is_enum_v<E>> set_default(E& v, const Spec& s) {
 }
 inline void set_default(std::vector<LayerConfig>& v, const Spec&) { v.clear(); }
 inline void set_default(std::vector<std::vector<LayerConfig>>& v, const Spec&) { v.clear(); }
+inline void set_default(std::vector<int>& v, const Spec&) { v.clear(); }
 
 inline json value_json(bool v, const Spec&) { return v; }
 inline json value_json(int v, const Spec&) { return v; }
@@ -86,6 +89,13 @@ inline json value_json(const std::vector<LayerConfig>& v, const Spec&) {
 inline json value_json(const std::vector<std::vector<LayerConfig>>& v, const Spec& s) {
   json a = json::array();
   for (const auto& list : v) a.push_back(value_json(list, s));
+  return a;
+}
+
+inline json value_json(const std::vector<int>& v, const Spec&) {
+  if (v.empty()) return nullptr;
+  json a = json::array();
+  for (int x : v) a.push_back(x);
   return a;
 }
 
@@ -209,21 +219,31 @@ Failure parse_value(double& out, const J& v, const Spec& s, const std::string& p
   return std::nullopt;
 }
 
-template <class J, class E>
-std::enable_if_t<std::is_enum_v<E>, Failure> parse_value(E& out, const J& v, const Spec& s,
-                                                         const std::string& path, int) {
+// An enum's index among s.values; one function for every enum type (each would otherwise get a
+// copy of it, which the page's engine pays for in size).
+template <class J>
+Failure parse_enum(int& out, const J& v, const Spec& s, const std::string& path) {
   std::vector<std::string> names;
   for (int i = 0; i < enum_count(s.values); ++i) names.push_back(quote(s.values[i]));
   if (v.is_string()) {
     const auto& str = v.template get_ref<const std::string&>();
     for (int i = 0; i < enum_count(s.values); ++i) {
       if (str == s.values[i]) {
-        out = static_cast<E>(i);
+        out = i;
         return std::nullopt;
       }
     }
   }
   return Error{path, "must be one of " + join(names) + ", got " + describe(v)};
+}
+
+template <class J, class E>
+std::enable_if_t<std::is_enum_v<E>, Failure> parse_value(E& out, const J& v, const Spec& s,
+                                                         const std::string& path, int) {
+  int i = 0;
+  if (auto e = parse_enum(i, v, s, path)) return e;
+  out = static_cast<E>(i);
+  return std::nullopt;
 }
 
 template <class J>
@@ -255,6 +275,21 @@ Failure parse_value(std::vector<std::vector<LayerConfig>>& out, const J& v, cons
   return std::nullopt;
 }
 
+// A grid: [H, W], two integers in [min, max], or null for none.
+template <class J>
+Failure parse_value(std::vector<int>& out, const J& v, const Spec& s, const std::string& path, int) {
+  out.clear();
+  if (v.is_null()) return std::nullopt;  // no grid, as when absent
+  if (!v.is_array() || v.size() != 2) return Error{path, "must be [H, W], two positive integers, got " + describe(v)};
+  std::size_t i = 0;
+  for (const auto& item : v) {
+    long long x = 0;
+    if (auto e = read_integer(item, s, path + "[" + std::to_string(i++) + "]", x)) return e;
+    out.push_back(static_cast<int>(x));
+  }
+  return std::nullopt;
+}
+
 // Everything of a Spec that the schema states.
 inline json spec_json(const Spec& s, const std::string& name) {
   json o = json::object();
@@ -281,6 +316,11 @@ inline json spec_json(const Spec& s, const std::string& name) {
       o["default"] = s.values[static_cast<int>(s.def)];
       break;
     }
+    case Kind::grid:
+      o["default"] = nullptr;
+      o["min"] = static_cast<long long>(s.min);
+      o["max"] = static_cast<long long>(s.max);
+      break;
     case Kind::layers:
     case Kind::branches:
       o["required"] = true;

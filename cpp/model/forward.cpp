@@ -2,6 +2,7 @@
 // math lives with the layer kinds that use it (cpp/layers).
 #include "model/forward.hpp"
 
+#include "layers/conv.hpp"
 #include "layers/glu.hpp"
 #include "layers/norm.hpp"
 
@@ -19,6 +20,10 @@ MatT<S> op_forward(const Model& m, const Op& op, const Weights<S>& w, const MatT
       if (products) products->assign(1, MatT<S>());
       return linear<S>(x, param(w, ov, op.w), op.b >= 0 ? &param(w, ov, op.b) : nullptr,
                        pre ? &(*pre)[0] : nullptr, products ? &(*products)[0] : nullptr);
+    case OpKind::conv:
+      if (products) products->assign(1, MatT<S>());
+      return conv_forward<S>(op, param(w, ov, op.w), op.b >= 0 ? &param(w, ov, op.b) : nullptr, x,
+                             pre ? &(*pre)[0] : nullptr, products ? &(*products)[0] : nullptr);
     case OpKind::norm:
       return norm_forward<S>(op, w, ov, x, m.batch);
     case OpKind::activation:

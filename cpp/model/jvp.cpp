@@ -2,6 +2,7 @@
 // Each op family's derivative lives with the layer kinds that use it (cpp/layers).
 #include "model/jvp.hpp"
 
+#include "layers/conv.hpp"
 #include "layers/glu.hpp"
 #include "layers/norm.hpp"
 
@@ -19,6 +20,8 @@ Mat op_jvp(const Model& m, const Op& op, const Mat& x, const Mat& dx, int n) {
   switch (op.kind) {
     case OpKind::linear:
       return dx * m.params[op.w].value.transpose();
+    case OpKind::conv:
+      return conv_forward<double>(op, m.params[op.w].value, nullptr, dx);
     case OpKind::norm:
       return norm_jvp(m, op, x, dx, n);
     case OpKind::activation: {
@@ -92,6 +95,11 @@ Mat jvp(const Model& m, const Trace& trace, const Seed& seed, int n, int stop, b
         break;
       case OpKind::linear:  // token-independent: keeps broadcast form
         if (d) d->v = Mat(d->v * m.params[op.w].value.transpose());  // moved in, not copied
+        add_seed(op.b);
+        break;
+      case OpKind::conv:  // mixes tokens, and its zero padding shifts the borders
+        per_token();
+        if (d) d->v = conv_forward<double>(op, m.params[op.w].value, nullptr, d->v);
         add_seed(op.b);
         break;
       case OpKind::norm:

@@ -11,6 +11,7 @@
 #pragma once
 
 #include <string>
+#include <cstdint>
 #include <vector>
 
 #include <Eigen/Dense>
@@ -30,12 +31,23 @@ enum class ParamRole { weight, bias, gain, shift, buffer };
 const char* param_role_name(ParamRole r);
 inline bool is_bias_like(ParamRole r) { return r == ParamRole::bias || r == ParamRole::shift; }
 
+// A tensor's torch shape of up to four dimensions; rank 0: not given. Plain values (no
+// allocation), as every parameter carries one.
+struct TorchShape {
+  int rank = 0;
+  std::int64_t size[4] = {0, 0, 0, 0};
+  std::vector<std::int64_t> list() const { return {size, size + rank}; }
+};
+
 // Parameter values are float64; a float32 model is the same values rounded. Matrices are
 // (out, in) like torch's Linear.weight; vectors are (n, 1).
 struct Param {
   std::string local;  // e.g. "k_proj.bias", "weight", "running_var"
   ParamRole role;
   Mat value;
+  // The torch shape when it is not (rows, cols) for a weight or (rows) otherwise: a convolution's
+  // weight (out, in / groups, k[, k]) is held as (out, in / groups * k[* k]) in that order.
+  TorchShape dims;
 };
 
 struct LayerNode {
@@ -108,7 +120,7 @@ struct LayerKind;
 struct Activation;
 // residual_begin and residual_end enclose a residual's body or a parallel's branches; between two
 // branches, branch_next adds the branch's output to the block's sum and restarts from its input.
-enum class OpKind { linear, norm, activation, softmax, attention, glu, residual_begin, residual_end, branch_next };
+enum class OpKind { linear, conv, norm, activation, softmax, attention, glu, residual_begin, residual_end, branch_next };
 enum class NormKind { layer, rms, batch_train, batch_eval, group, instance };
 
 struct Op {
@@ -136,6 +148,10 @@ struct Op {
   int rotary_dim = 0;             // rope: the leading dimensions of each head that rotate (even)
   bool rope_interleaved = false;  // rope: pairs (2i, 2i+1) (GPT-J) instead of (i, i + r/2)
   double rope_base = 10000.0;     // rope: angle of pair i at position t is t * base^(-2i/r)
+  // conv (w, b; groups): a kernel_h x kernel_w kernel over a grid_h x grid_w grid of each
+  // sample's tokens (conv1d: 1 x k over 1 x T), zero-padded to keep the grid: `causal` pads
+  // k - 1 before, else (k - 1) / 2 before and the rest after (torch's padding="same").
+  int kernel_h = 1, kernel_w = 1, grid_h = 1, grid_w = 1;
   int wg = -1, bg = -1, wu = -1, bu = -1;                // glu: gate and up projections
   const Activation* act = nullptr;                       // activation, glu: the function
   // residual_begin, residual_end: index of the matching marker; branch_next: of the block's end.
@@ -152,6 +168,7 @@ struct ModelParam {
 
 struct Model {
   int batch = 0, tokens = 0, in_features = 0, out_features = 0;
+  int grid_h = 0, grid_w = 0;  // shape.grid, 0 when there is none
   DType dtype = DType::float64;
   std::vector<Op> ops;
   std::vector<ModelParam> params;

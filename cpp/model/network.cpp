@@ -114,8 +114,11 @@ BIASLAB_COLD std::vector<Param> declare_params(const LayerConfig& c, int in, int
   std::vector<ParamSpec> specs;
   if (const auto params = layer_kind(c.type).params) params(c, in, out, specs);
   std::vector<Param> ps;
-  for (const ParamSpec& p : specs)
-    ps.push_back({p.local, p.role, draw(seed, param_name(layer, p.local), p.rows, p.cols, p.init, p.fan_in)});
+  const auto shape = layer_kind(c.type).torch_shape;
+  for (const ParamSpec& p : specs) {
+    ps.push_back({p.local, p.role, draw(seed, param_name(layer, p.local), p.rows, p.cols, p.init, p.fan_in), {}});
+    if (shape) ps.back().dims = shape(c, in, out, p.local);
+  }
   return ps;
 }
 
@@ -145,6 +148,10 @@ BIASLAB_COLD Model compile(const Network& net) {
   Model m;
   m.batch = net.config.shape.batch;
   m.tokens = net.config.shape.tokens;
+  if (!net.config.shape.grid.empty()) {
+    m.grid_h = net.config.shape.grid[0];
+    m.grid_w = net.config.shape.grid[1];
+  }
   m.in_features = net.config.shape.features;
   m.out_features = net.layers.empty() ? m.in_features : net.layers.back().out_width;
   m.dtype = net.config.dtype;
@@ -157,6 +164,7 @@ double forward_flops(const Model& m) {
   double f = 0;
   for (const Op& op : m.ops) {
     if (op.kind == OpKind::linear) f += 2 * N * op.in * op.out;
+    if (op.kind == OpKind::conv) f += 2 * N * op.in / op.groups * op.out * op.kernel_h * op.kernel_w;
     if (op.kind == OpKind::attention)  // q and k, v (kv_heads / heads as wide), then scores and context
       f += 2 * N * op.in * op.in * (1 + 2.0 * op.kv_heads / op.heads) + 2 * 2 * N * T * op.in;
     if (op.kind == OpKind::glu) f += 2 * 2 * N * op.in * op.out + 10 * N * op.out;  // gate, up; act and product

@@ -12,8 +12,10 @@
 //   foldRules()                                                -> the fold rules (Node build only)
 // embind checks a call's argument count, so the optional arguments are overloads by arity.
 //
-// One source, three modules (cpp/wasm/CMakeLists.txt): the page's engine (BIASLAB_WASM_ANALYZE:
-// analyses and the schema), the PyTorch export that the page loads only when asked for it
+// One source, four modules (cpp/wasm/CMakeLists.txt): the page's engine (BIASLAB_WASM_ANALYZE:
+// analyses and the schema; without the convolution's arithmetic, its analysis answers a config
+// with a convolution with needs_full_engine), the same with it (biaslab-full, fetched for the first
+// config with a convolution), the PyTorch export that the page loads only when asked for it
 // (BIASLAB_WASM_EXPORT), and the Node build for the tests and the page's build (both, plus
 // presets and foldRules, which the page's build turns into page modules). The linker drops what
 // a module does not bind.

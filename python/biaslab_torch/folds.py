@@ -13,7 +13,7 @@ def set_bias(linear, value):
 
 
 def bias_or_zero(linear):
-    return linear.bias if linear.bias is not None else torch.zeros(linear.out_features, dtype=linear.weight.dtype)
+    return linear.bias if linear.bias is not None else torch.zeros(linear.weight.shape[0], dtype=linear.weight.dtype)
 # @export feeder
 
 
@@ -77,6 +77,33 @@ def fuse_batchnorm_eval_linear(seq, i):
     W = linear.weight.clone()
     set_bias(linear, W @ t + bias_or_zero(linear))
     linear.weight.copy_(W * s)
+    del seq[i]
+# @export fuse_conv_batchnorm_eval
+
+
+def fuse_conv_batchnorm_eval(seq, i):
+    """Conv(W, b) -> BatchNorm(eval)  ==  Conv(diag(s) W, s b + t), output channel by channel
+    (torch.nn.utils.fusion.fuse_conv_bn_eval)."""
+    conv, bn = seq[i], seq[i + 1]
+    s, t = batch_norm_eval_scale_shift(bn)
+    b = bias_or_zero(conv)
+    conv.weight.copy_(s.view(-1, *[1] * (conv.weight.dim() - 1)) * conv.weight)
+    set_bias(conv, s * b + t)
+    del seq[i + 1]
+# @export fuse_batchnorm_eval_conv
+
+
+def fuse_batchnorm_eval_conv(seq, i):
+    """BatchNorm(eval) -> Conv(W, b)  ==  Conv(W diag(s), b + sum over taps of W t) inside the grid;
+    at the borders the zero padding drops taps, so with a kernel wider than 1 it is not exact."""
+    bn, conv = seq[i], seq[i + 1]
+    s, t = batch_norm_eval_scale_shift(bn)
+    W = conv.weight.clone()  # (out, in / groups, k...)
+    per_out = W.shape[0] // conv.groups
+    s_o = s.view(conv.groups, -1).repeat_interleave(per_out, dim=0)  # (out, in / groups): s of the channel read
+    t_o = t.view(conv.groups, -1).repeat_interleave(per_out, dim=0)
+    set_bias(conv, bias_or_zero(conv) + (W.flatten(2).sum(-1) * t_o).sum(1))
+    conv.weight.copy_(W * s_o.view(*s_o.shape, *[1] * (W.dim() - 2)))
     del seq[i]
 # @export drop_key_bias
 
@@ -197,7 +224,8 @@ def centre_writers(seq, i):
     the LayerNorm after it read the stream only through LayerNorms, which ignore each token's mean:
     the layer seq[i] when it writes into the run, and the last layer of each body and branch, where
     they write through a projection, are centred (TransformerLens center_writing_weights)."""
-    writes = lambda layer: isinstance(layer, nn.Linear) or hasattr(layer, "WRITES")
+    writes = lambda layer: isinstance(layer, nn.Linear) or hasattr(layer, "WRITES") or \
+        (isinstance(layer, (nn.Conv1d, nn.Conv2d)) and layer.groups == 1)  # grouped rows read other inputs
     block = lambda layer: hasattr(layer, "body") or hasattr(layer, "branches")  # Residual, Parallel
     start = i if block(seq[i]) else i + 1
     end = start

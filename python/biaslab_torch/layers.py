@@ -114,6 +114,41 @@ class GLU(nn.Module):
 
     def forward(self, x):
         return self.down_proj(self.act_fn(self.gate_proj(x)) * self.up_proj(x))
+# @export conv
+
+
+def conv_padding(kernel_size, padding):
+    """Zeros (before, after) that keep the length: "same" as torch's padding="same" ((k - 1) // 2
+    before, the rest after), "causal" k - 1 before."""
+    return (kernel_size - 1, 0) if padding == "causal" else ((kernel_size - 1) // 2, kernel_size // 2)
+
+
+class Conv1d(nn.Conv1d):
+    """nn.Conv1d over the tokens of (B, T, C), stride 1, zero-padded to keep T (conv_padding)."""
+
+    def __init__(self, in_channels, out_channels, kernel_size, padding="same", groups=1, bias=True):
+        super().__init__(in_channels, out_channels, kernel_size, groups=groups, bias=bias)
+        self.pads = conv_padding(kernel_size, padding)
+
+    def forward(self, x):  # (B, T, C)
+        x = torch.nn.functional.pad(x.transpose(1, 2), self.pads)
+        return super().forward(x).transpose(1, 2)
+
+
+class Conv2d(nn.Conv2d):
+    """nn.Conv2d over the image grid (H, W) of (B, H * W, C), whose tokens are the positions row by
+    row (x.flatten(2).transpose(1, 2) of (B, C, H, W)); stride 1, zero-padded on both axes to keep
+    the grid (conv_padding: "causal" pads rows above and columns to the left)."""
+
+    def __init__(self, in_channels, out_channels, kernel_size, padding="same", groups=1, bias=True, grid=(1, 1)):
+        super().__init__(in_channels, out_channels, kernel_size, groups=groups, bias=bias)
+        self.pads = conv_padding(kernel_size, padding) * 2  # (left, right, top, bottom)
+        self.grid = grid
+
+    def forward(self, x):  # (B, H * W, C)
+        B, T, C = x.shape
+        x = torch.nn.functional.pad(x.transpose(1, 2).reshape(B, C, *self.grid), self.pads)
+        return super().forward(x).flatten(2).transpose(1, 2)
 # @export rmsnorm
 
 

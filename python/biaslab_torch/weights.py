@@ -72,8 +72,8 @@ def draw_experiment(model, seed):
         for module in model.modules():
             own = list(module.named_parameters(recurse=False)) + list(module.named_buffers(recurse=False))
             for name, t in own:
-                if isinstance(module, nn.Linear):
-                    bound = 1 / math.sqrt(module.in_features)
+                if isinstance(module, (nn.Linear, nn.Conv1d, nn.Conv2d)):  # fan_in: in (/ groups * k...)
+                    bound = 1 / math.sqrt(module.weight[0].numel())
                     uniform(t, -bound, bound)
                 else:
                     uniform(t, *ranges[name])

@@ -12,6 +12,7 @@ import subprocess
 SEED = 20240611
 EXTRA_RANDOM = 12  # random stacks beyond coverage, for combinations nobody thought of
 EXTRA_PARALLEL = 4  # random stacks around a parallel block of random branches
+EXTRA_CONV = 4  # random convolutional stacks on image grids
 
 # A second value for every numeric option, next to its default.
 NUMBER_VALUES = {"eps": [0.1], "rope_base": [500000.0]}
@@ -42,6 +43,12 @@ def schema_targets(biaslab):
                 values = ["grouped", "multi-query"]
             elif o["name"] == "hidden":
                 values = ["default", "narrow"]
+            elif o["name"] == "out_channels":
+                values = ["narrower", "wider"]
+            elif o["name"] == "kernel_size":
+                values = [1, 2, 3]
+            elif o["name"] == "groups":
+                values = [1, "grouped", "depthwise"]
             elif o["type"] in ("layers", "layer_lists"):
                 values = ["nested"]
             else:
@@ -60,6 +67,8 @@ DEFAULTS = {
                   "causal": False, "sinks": False, "rope": False, "rope_style": "half", "rope_base": 10000.0,
                   "qk_norm": "none"},
     "gelu": {"approximate": "none"}, "relu": {}, "softmax": {}, "glu": {"activation": "silu", "bias": False},
+    "conv1d": {"kernel_size": 3, "padding": "same", "bias": True},
+    "conv2d": {"kernel_size": 3, "padding": "same", "bias": True},
 }
 SIMPLE_TYPES = ["linear", "layernorm", "rmsnorm", "batchnorm", "groupnorm", "instancenorm", "attention",
                 "relu", "gelu", "softmax", "glu"]
@@ -153,6 +162,30 @@ class Generator:
             layers.append(layer)
         return layers, width
 
+    def conv_stack(self):
+        """A random stack of convolutions, image norms and activations on an H x W grid."""
+        rng = self.rng
+        width = rng.choice([4, 6, 8])
+        shape = {"batch": rng.randint(1, 3), "features": width, "grid": [rng.randint(1, 4), rng.randint(2, 4)]}
+        layers = []
+        for _ in range(rng.randint(2, 6)):
+            kind = rng.choice(["conv1d", "conv2d", "conv2d", "batchnorm", "groupnorm", "layernorm", "relu", "gelu"])
+            if kind.startswith("conv"):
+                groups = rng.choice(self.divisors(width))
+                out = groups * rng.randint(1, 3) if rng.random() < 0.4 else width
+                layer = {"type": kind, "kernel_size": rng.randint(1, 4), "groups": groups, "bias": rng.random() < 0.7,
+                         "padding": rng.choice(["same", "same", "causal"])}
+                if out != width:
+                    layer["out_channels"] = out
+                width = out
+            elif kind in ("batchnorm", "groupnorm"):
+                layer, _ = self.layer(kind, width)
+            else:
+                layer = {"type": kind}
+            layers.append(layer)
+        return {"version": 1, "seed": rng.randint(0, 10 ** 6), "dtype": rng.choice(["float32", "float64"]),
+                "shape": shape, "layers": layers}
+
     def back_to(self, layers, width, target):
         """A residual body must end at the block's width."""
         if width != target:
@@ -210,7 +243,15 @@ def used_targets(layers, width, found):
             continue
         options = dict(DEFAULTS.get(kind, {}))
         options.update({k: v for k, v in layer.items()
-                        if k not in ("type", "out_features", "rotary_dim", "num_kv_heads", "hidden")})
+                        if k not in ("type", "out_features", "rotary_dim", "num_kv_heads", "hidden",
+                                     "out_channels", "groups")})
+        if kind in ("conv1d", "conv2d"):
+            out = layer.get("out_channels", width)
+            groups = layer.get("groups", 1)
+            found.add((kind, "groups", 1 if groups == 1 else "depthwise" if groups == width == out else "grouped"))
+            if out != width:
+                found.add((kind, "out_channels", "narrower" if out < width else "wider"))
+                width = out
         if kind == "glu":
             found.add((kind, "hidden", "narrow" if "hidden" in layer else "default"))
         if "rotary_dim" in layer:
@@ -263,6 +304,33 @@ FIXED = [
                                              {"type": "parallel", "branches": [[{"type": "linear"}], [{"type": "silu"}, {"type": "linear", "bias": False}]]},
                                              {"type": "linear"}]},
                                          {"type": "batchnorm"}, {"type": "linear", "out_features": 4}]}),
+    # Convolutions (the generator draws them only in EXTRA_CONV stacks of their own): ResNet's
+    # basic block, ConvNeXt's block, a causal depthwise conv1d as Mamba's, every BatchNorm (eval)
+    # fold beside a convolution (the padded one not exact), and every option value of both kinds.
+    ("conv-resnet-basic", {"version": 1, "seed": 21, "dtype": "float64", "shape": {"batch": 2, "features": 8, "grid": [3, 4]},
+                           "layers": [{"type": "residual", "body": [
+                                          {"type": "conv2d", "bias": False}, {"type": "batchnorm"}, {"type": "relu"},
+                                          {"type": "conv2d", "bias": False}, {"type": "batchnorm"}]},
+                                      {"type": "relu"}, {"type": "conv2d", "kernel_size": 1, "out_channels": 4}]}),
+    ("conv-convnext", {"version": 1, "seed": 22, "dtype": "float32", "shape": {"batch": 1, "features": 8, "grid": [4, 4]},
+                       "layers": [{"type": "residual", "body": [
+                                      {"type": "conv2d", "kernel_size": 7, "groups": 8}, {"type": "layernorm"},
+                                      {"type": "linear", "out_features": 32}, {"type": "gelu"}, {"type": "linear", "out_features": 8}]},
+                                  {"type": "layernorm"}]}),
+    ("conv-eval-folds", {"version": 1, "seed": 23, "dtype": "float64", "shape": {"batch": 2, "features": 8, "grid": [3, 3]},
+                         "layers": [{"type": "conv2d", "kernel_size": 2, "padding": "causal"}, {"type": "batchnorm", "mode": "eval"}, {"type": "relu"},
+                                    {"type": "batchnorm", "mode": "eval"}, {"type": "conv2d", "kernel_size": 1, "groups": 2, "out_channels": 4},
+                                    {"type": "batchnorm", "mode": "eval", "affine": False}, {"type": "conv1d", "kernel_size": 3, "out_channels": 6, "groups": 2},
+                                    {"type": "batchnorm", "mode": "eval"}, {"type": "conv2d", "kernel_size": 3, "groups": 6}, {"type": "tanh"}]}),
+    ("conv1d-causal-depthwise", {"version": 1, "seed": 24, "dtype": "float32", "shape": {"batch": 2, "tokens": 7, "features": 6},
+                                 "layers": [{"type": "linear", "out_features": 12}, {"type": "conv1d", "kernel_size": 4, "padding": "causal", "groups": 12},
+                                            {"type": "silu"}, {"type": "conv1d", "kernel_size": 1, "out_channels": 6, "bias": False},
+                                            {"type": "groupnorm", "num_groups": 3}]}),
+    ("conv-widths-and-norms", {"version": 1, "seed": 25, "dtype": "float64", "shape": {"batch": 2, "features": 6, "grid": [2, 5]},
+                               "layers": [{"type": "conv1d", "kernel_size": 2, "out_channels": 12, "groups": 3}, {"type": "instancenorm", "affine": True},
+                                          {"type": "conv2d", "kernel_size": 2, "out_channels": 4, "groups": 2, "bias": False, "padding": "causal"},
+                                          {"type": "conv1d", "out_channels": 2, "padding": "causal"}, {"type": "batchnorm"},
+                                          {"type": "conv2d", "out_channels": 6}, {"type": "layernorm", "bias": False}]}),
     ("fold-merge-linear-linear", {"version": 1, "seed": 1, "dtype": "float64", "shape": {"batch": 2, "tokens": 3, "features": 6},
                                   "layers": [{"type": "linear", "out_features": 4}, {"type": "linear", "out_features": 8, "bias": False}, {"type": "softmax"}]}),
     ("fold-batchnorm-eval-linear", {"version": 1, "seed": 2, "dtype": "float64", "shape": {"batch": 2, "tokens": 4, "features": 8},
@@ -341,6 +409,10 @@ def generated_configs(biaslab, seed=SEED):
         configs.append((f"random-parallel-{i}", {"version": 1, "seed": parallel.rng.randint(0, 10 ** 6),
                                                  "dtype": parallel.rng.choice(["float32", "float64"]), "shape": shape,
                                                  "layers": before + [{"type": "parallel", "branches": branches}] + after}))
+    # Random convolutional stacks on a grid, from a generator of their own (as the parallel ones).
+    conv = Generator(seed + 2)
+    for i in range(EXTRA_CONV):
+        configs.append((f"random-conv-{i}", conv.conv_stack()))
     missing = [t for t in schema_targets(biaslab) if t not in covered]
     if missing:
         raise SystemExit(f"generated configs miss {missing}")

@@ -225,6 +225,33 @@ class Layers(unittest.TestCase):
             d = max_diff(model.layers[0](x), x + torch.relu(body[0](x)))
         self.assertLessEqual(d, 0.0)
 
+    def test_convolutions_pad_as_torch_and_causally(self):
+        """Conv1d, Conv2d: "same" equals torch's padding="same" (odd and even kernels, grouped);
+        "causal" equals zeros before, written out; the grid is the tokens row by row"""
+        x = shape(2, 12, 6)
+        for k, groups in ((3, 1), (4, 2), (1, 6)):
+            ours = randomise(layers.Conv1d(6, 4 if groups < 6 else 6, k, groups=groups).double())
+            ref = nn.Conv1d(6, ours.out_channels, k, padding="same", groups=groups).double()
+            ref.load_state_dict(ours.state_dict())
+            causal = layers.Conv1d(6, ours.out_channels, k, padding="causal", groups=groups).double()
+            causal.load_state_dict(ours.state_dict())
+            with torch.no_grad():
+                d = max_diff(ours(x), ref(x.transpose(1, 2)).transpose(1, 2))
+                padded = torch.cat((torch.zeros(2, k - 1, 6, dtype=torch.float64), x), dim=1)
+                dc = max_diff(causal(x), nn.functional.conv1d(padded.transpose(1, 2), causal.weight, causal.bias,
+                                                              groups=groups).transpose(1, 2))
+            self.assertLessEqual(d, EXACT64, f"conv1d k={k} groups={groups} same: max |diff| {d:.3e}")
+            self.assertLessEqual(dc, EXACT64, f"conv1d k={k} groups={groups} causal: max |diff| {dc:.3e}")
+        image = torch.randn(2, 6, 3, 4, generator=torch.Generator().manual_seed(5), dtype=torch.float64)
+        tokens = image.flatten(2).transpose(1, 2)  # (B, 12, C)
+        for k in (2, 3):
+            ours = randomise(layers.Conv2d(6, 6, k, groups=3, grid=(3, 4)).double())
+            ref = nn.Conv2d(6, 6, k, padding="same", groups=3).double()
+            ref.load_state_dict(ours.state_dict())
+            with torch.no_grad():
+                d = max_diff(ours(tokens), ref(image).flatten(2).transpose(1, 2))
+            self.assertLessEqual(d, EXACT64, f"conv2d k={k}: max |diff| {d:.3e}")
+
 
 class Folds(unittest.TestCase):
     def check_exact(self, build, fold, seed=3):
@@ -265,6 +292,24 @@ class Folds(unittest.TestCase):
         m = self.check_exact(lambda: layers.Net([layers.batch_norm(6, 1e-5, True, "eval"), nn.Linear(6, 4)]),
                              lambda m: folds.fuse_batchnorm_eval_linear(m.layers, 0))
         self.assertEqual(len(m.layers), 1)
+
+    def test_conv_batch_norm_eval_fusions(self):
+        """fuse_conv_batchnorm_eval: exact; fuse_batchnorm_eval_conv: exact for a 1-wide kernel,
+        off at the borders only for a wider one (grouped convolutions: each output reads its group)"""
+        m = self.check_exact(lambda: layers.Net([layers.Conv1d(6, 4, 3, groups=2, bias=False),
+                                                 layers.batch_norm(4, 1e-5, True, "eval")]),
+                             lambda m: folds.fuse_conv_batchnorm_eval(m.layers, 0))
+        self.assertEqual(len(m.layers), 1)
+        self.check_exact(lambda: layers.Net([layers.batch_norm(6, 1e-5, True, "eval"), layers.Conv1d(6, 4, 1, groups=2)]),
+                         lambda m: folds.fuse_batchnorm_eval_conv(m.layers, 0))
+        x = shape(4, 3, 6, seed=3)
+        model = randomise(layers.Net([layers.batch_norm(6, 1e-5, True, "eval"), layers.Conv1d(6, 6, 3, groups=3)]).double(), 3)
+        with torch.no_grad():
+            before = model(x)
+            folds.fuse_batchnorm_eval_conv(model.layers, 0)
+            diff = (model(x) - before).abs().amax(dim=(0, 2))  # per token
+        self.assertLessEqual(diff[1].item(), EXACT64, f"inside: max |diff| {diff[1].item():.3e}")
+        self.assertGreater(min(diff[0].item(), diff[2].item()), 1e-3, f"borders: {diff.tolist()}")
 
     def test_attention_bias_folds(self):
         """drop_key_bias, fold_value_bias: the key bias cancels in softmax, the value bias moves to o_proj"""
