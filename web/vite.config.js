@@ -19,7 +19,7 @@ export default defineConfig({
   plugins: [
     katex_prerender({ wasm_dir }), // formulas typeset here: no KaTeX JS in the page
     presets_module({ wasm_dir }), // the presets as page modules: none of their text in the page's engine
-    minify_loader({ names: ['biaslab.js', 'biaslab-export.js'] }),
+    minify_loader({ names: ['biaslab.js', 'biaslab-full.js', 'biaslab-export.js'] }),
     preload_engine({ name: 'biaslab.wasm' }),
   ],
   server: { fs: { allow: [here, wasm_dir] } },

@@ -32,6 +32,8 @@ function walk(dir) {
 export function kind(file) {
   // The PyTorch export's module: fetched when the user asks for an export, never on load.
   if (/biaslab-export[^/]*\.(wasm|js)$/.test(file)) return 'on demand';
+  // The engine with the convolutions' arithmetic: fetched for the first config with a convolution.
+  if (/biaslab-full[^/]*\.(wasm|js)$/.test(file)) return 'on demand';
   // A bias row's detail panel: fetched when a row is first opened.
   if (/bias-detail[^/]*\.js$/.test(file)) return 'on demand';
   // The glossary's texts: fetched on the first tooltip or opening, or at idle after the tables.
@@ -75,6 +77,8 @@ export function size_markdown(rows) {
   const later = rows.filter((r) => kind(r.file) === 'on demand');
   const torch = later.filter((r) => /biaslab-export/.test(r.file));
   if (torch.length) out.push(line('PyTorch export, fetched on the first export (module + loader)', sum(torch)));
+  const full = later.filter((r) => /biaslab-full/.test(r.file));
+  if (full.length) out.push(line('engine with convolutions, fetched for the first config that has one (module + loader)', sum(full)));
   const detail = later.filter((r) => /bias-detail/.test(r.file));
   if (detail.length) out.push(line('bias detail panel, fetched when a row is first opened', sum(detail)));
   const sweep = later.filter((r) => /sweep-plot/.test(r.file));

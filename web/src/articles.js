@@ -16,8 +16,8 @@ export const ARTICLES = [
     author: '朱梦 (Zhu Meng)',
     claims: [
       { id: '1.1', text: 'A bias on the key projection shifts every attention score of a query by the same amount, and softmax ignores such a shift: the key bias is strictly redundant. The query bias is not.', presets: ['article1-qk-softmax', 'default', 'causal-decoder-layer', 'prenorm-transformer-rope', 'gpt2-block', 'qwen2-block', 'gpt-oss-block', 'pythia-block'] },
-      { id: '1.2', text: 'A Linear bias directly before BatchNorm in training mode is strictly redundant: the batch mean of each feature takes it away.', presets: ['article1-linear-batchnorm', 'norm-zoo'] },
-      { id: '1.3', text: 'Before LayerNorm the bias is only "not strictly" redundant. Made precise here: exactly one direction of it (its mean over the features) cancels, the rest matters.', presets: ['article1-linear-layernorm', 'norm-zoo'] },
+      { id: '1.2', text: 'A Linear bias directly before BatchNorm in training mode is strictly redundant: the batch mean of each feature takes it away.', presets: ['article1-linear-batchnorm', 'norm-zoo', 'resnet-basic-block'] },
+      { id: '1.3', text: 'Before LayerNorm the bias is only "not strictly" redundant. Made precise here: exactly one direction of it (its mean over the features) cancels, the rest matters.', presets: ['article1-linear-layernorm', 'norm-zoo', 'convnext-block'] },
       { id: '1.4', text: 'Common practice: in a pre-norm block only the key bias is redundant; in a post-norm block the attention biases are usually of little use. The page says which directions exactly.', presets: ['prenorm-transformer', 'postnorm-transformer', 'default', 'gpt2-block', 'bert-layer'] },
     ],
   },
@@ -38,7 +38,7 @@ export const ARTICLES = [
     gloss: 'Notes on the feed-forward network and Add & Norm',
     author: null,
     claims: [
-      { id: '3.1', text: 'BatchNorm, LayerNorm, InstanceNorm, GroupNorm and RMSNorm differ in what they average over; that decides which bias directions each one removes.', presets: ['norm-zoo'] },
+      { id: '3.1', text: 'BatchNorm, LayerNorm, InstanceNorm, GroupNorm and RMSNorm differ in what they average over; that decides which bias directions each one removes.', presets: ['norm-zoo', 'resnet-basic-block', 'convnext-block'] },
       { id: '3.2', text: 'LayerNorm is unchanged when a token is shifted or scaled; RMSNorm keeps only the scaling part, so it cancels no bias direction.', presets: ['causal-decoder-layer', 'norm-zoo', 'default', 'llama-block', 'qwen3-block'] },
     ],
   },

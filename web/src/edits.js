@@ -46,6 +46,10 @@ function change(schema, config, edit) {
       let o = config;
       for (const p of parts.slice(0, -1)) o = is_object(o[p]) ? o[p] : (o[p] = {});
       set_or_delete(o, parts.at(-1), edit.value);
+      // A grid [H, W] sets the tokens: written tokens follow it, so they never disagree.
+      const g = edit.value;
+      if (edit.name === 'shape.grid' && Array.isArray(g) && g.length === 2 && g.every((n) => Number.isInteger(n) && n > 0) && 'tokens' in o)
+        o.tokens = g[0] * g[1];
       return true;
     }
     case 'add_layer': {

@@ -35,13 +35,18 @@ async function compile_wasm(url) {
 
 export class EngineClient {
   /**
-   * @param {{glue_url: string, wasm_url: string, export_glue_url?: string, export_wasm_url?: string,
-   *          make_worker: () => Worker}} options
+   * @param {{glue_url: string, wasm_url: string, full_glue_url?: string, full_wasm_url?: string,
+   *          export_glue_url?: string, export_wasm_url?: string, make_worker: () => Worker}} options
+   *   full_*: the engine with every kind's arithmetic (convolutions), fetched and compiled for the
+   *   first config the first-load engine answers with needs_full_engine;
    *   export_*: the PyTorch export's module, fetched and compiled on the first export only
    */
-  constructor({ glue_url, wasm_url, export_glue_url, export_wasm_url, make_worker }) {
+  constructor({ glue_url, wasm_url, full_glue_url, full_wasm_url, export_glue_url, export_wasm_url, make_worker }) {
     this.glue_url = glue_url;
     this.wasm_url = wasm_url;
+    this.full_glue_url = full_glue_url;
+    this.full_wasm_url = full_wasm_url;
+    this.full_module = null; // Promise<WebAssembly.Module>, once a config needed it
     this.export_glue_url = export_glue_url;
     this.export_wasm_url = export_wasm_url;
     this.export_module = null; // Promise<WebAssembly.Module>, once an export was asked for
@@ -125,6 +130,7 @@ export class EngineClient {
         return;
       }
       if (report.ok) cur.resolve({ report, ms: msg.ms, round_trip_ms: performance.now() - cur.started });
+      else if (report.needs_full_engine && !cur.full && this.full_wasm_url) this.#run_full(cur);
       else cur.reject(new EngineError(report.error));
     }
   }
@@ -152,6 +158,29 @@ export class EngineClient {
     this.#spawn().catch(() => {});
   }
 
+  // The same request again, on the engine with the convolutions' arithmetic (fetched and compiled
+  // once; a worker that replaces this one instantiates it again when it needs it).
+  #run_full(cur) {
+    cur.full = true;
+    this.current = cur; // still running: a newer analysis supersedes it as any other
+    if (!this.full_module) {
+      this.full_module = compile_wasm(this.full_wasm_url);
+      this.full_module.catch(() => (this.full_module = null)); // a failed fetch may be retried
+    }
+    cur.on_progress?.('loading the engine with convolutions', 0);
+    this.full_module.then(
+      (wasm_module) => {
+        if (this.current !== cur || !this.worker) return; // superseded meanwhile
+        this.worker.postMessage({ type: 'analyze', id: cur.id, config: cur.config, full: { glue_url: this.full_glue_url, wasm_module } });
+      },
+      (err) => {
+        if (this.current !== cur) return;
+        this.current = null;
+        cur.reject(new Error(`could not load the engine for convolutions: ${err.message ?? err}`));
+      },
+    );
+  }
+
   /** True while an analysis is running. */
   get busy() {
     return this.current !== null;
@@ -168,7 +197,7 @@ export class EngineClient {
     if (!this.worker) this.#spawn().catch(() => {});
     const id = this.next_id++;
     return new Promise((resolve, reject) => {
-      this.current = { id, resolve, reject, on_progress, started: performance.now() };
+      this.current = { id, resolve, reject, on_progress, started: performance.now(), config: config_text, full: false };
       this.worker.postMessage({ type: 'analyze', id, config: config_text });
     });
   }

@@ -4,7 +4,9 @@
 //
 // Messages in:  {type:'load', glue_url}  (optional, first: load the engine's script while the
 //                page still compiles the module)
-//               {type:'init', glue_url, wasm_module}   {type:'analyze', id, config}
+//               {type:'init', glue_url, wasm_module}   {type:'analyze', id, config, full?}
+//                (full: {glue_url, wasm_module} of the engine with the convolutions' arithmetic,
+//                sent again for a config the first-load engine answered with needs_full_engine)
 //               {type:'export', id, config, title, glue_url, wasm_module}  (the PyTorch export's
 //                module: a second, smaller engine that the page fetches on the first export)
 // Messages out: {type:'ready', version, schema}  (schema: JSON text; the presets are page modules)
@@ -14,6 +16,7 @@
 //               {type:'fatal', id?, message}            (the module is unusable; replace the worker)
 
 let engine = null;
+let full = null; // the engine with every kind's arithmetic, started on the first message that needs it
 let exporter = null; // the export module, started on the first export message
 let script = null; // {error} once importScripts has run
 
@@ -77,10 +80,18 @@ function boot_export({ glue_url, wasm_module }) {
   return started;
 }
 
-async function run({ id, config }) {
+// The engine with convolutions: loaded like the export module, answered like the first engine.
+function boot_full({ glue_url, wasm_module }) {
+  importScripts(glue_url); // defines createBiaslabFull
+  const started = instantiate(self.createBiaslabFull, wasm_module);
+  started.catch(() => (full = null));
+  return started;
+}
+
+async function run({ id, config, full: full_engine }) {
   let m;
   try {
-    m = await engine;
+    m = full_engine ? await (full ??= boot_full(full_engine)) : await engine;
   } catch (e) {
     self.postMessage({ type: 'fatal', id, message: `the engine did not start: ${e}` });
     return;

@@ -97,9 +97,15 @@ export function canonical_config(schema, config) {
       set_field(out, f.name, Array.isArray(v) ? v.map((l) => minimal_layer(schema, l)) : v);
     } else {
       const v = get_field(config, f.name);
+      // A field whose default is "none" (shape.grid) stays absent, as the engine prints it.
+      if ((v === undefined || v === null) && f.default === null) continue;
       set_field(out, f.name, v === undefined ? f.default : v);
     }
   }
+  // The engine's one rule between fields: a grid sets the tokens it leaves out (H * W).
+  const grid = get_field(out, 'shape.grid');
+  if (Array.isArray(grid) && grid.length === 2 && grid.every(Number.isInteger) && get_field(config, 'shape.tokens') === undefined)
+    set_field(out, 'shape.tokens', grid[0] * grid[1]);
   // Keys the schema does not know stay visible, so the engine can name them.
   for (const key of Object.keys(config)) if (!(key in out)) out[key] = config[key];
   return out;
@@ -116,7 +122,11 @@ export function minimal_config(schema, config) {
   for (const f of schema.fields) {
     const v = get_field(full, f.name);
     if (f.name === 'version') continue;
-    if (f.type !== 'layers' && v === f.default) continue;
+    // With a grid, the tokens it implies go (H * W) and any others stay, the default included.
+    const grid = get_field(full, 'shape.grid');
+    if (f.name === 'shape.tokens' && Array.isArray(grid)) {
+      if (v === grid[0] * grid[1]) continue;
+    } else if (f.type !== 'layers' && (v === f.default || v === undefined)) continue;
     set_field(out, f.name, v);
   }
   for (const key of Object.keys(full)) if (!(key in out) && key !== 'version' && !schema.fields.some((f) => f.name.split('.')[0] === key)) out[key] = full[key];
@@ -199,14 +209,16 @@ export function get_path(root, path) {
 
 /**
  * The width of the activations after each layer, for the editor ("64 -> 256"). Mirrors the
- * one rule that changes widths (a layer option named out_features) without naming a type.
+ * one rule that changes widths (a layer option named out_features or out_channels) without
+ * naming a type.
  * @param {Layer[]} layers @param {number} width @returns {{in: number, out: number}[]}
  */
 export function layer_widths(layers, width) {
   const out = [];
   for (const l of Array.isArray(layers) ? layers : []) {
     const w_in = width;
-    if (l && typeof l.out_features === 'number' && l.out_features > 0) width = l.out_features;
+    const w_out = l?.out_features ?? l?.out_channels;
+    if (typeof w_out === 'number' && w_out > 0) width = w_out;
     out.push({ in: w_in, out: width });
   }
   return out;

@@ -78,6 +78,22 @@ function control(spec, value, path, label_text, action, edit, disabled_note = nu
     });
     return h('label', { class: 'opt', for: id, title: help }, h('span', {}, label_text), select, help_el);
   }
+  if (spec.type === 'grid') {
+    // "H x W" (or "H, W", "H W"); empty: no grid. Text that is not two numbers goes to the engine
+    // as typed, which names the field, and stays in the box.
+    const shown = Array.isArray(value) ? value.join(' × ') : typeof value === 'string' ? value : '';
+    const input = h('input', { ...common, type: 'text', inputmode: 'numeric', placeholder: 'none (H × W)', value: shown, size: 9 });
+    input.addEventListener('input', () => {
+      const text = input.value.trim();
+      const m = /^(\d+)\s*(?:[x×*,]|\s)\s*(\d+)$/i.exec(text);
+      const v = text === '' ? undefined : m ? [Number(m[1]), Number(m[2])] : text;
+      edit({ action: action(v), structural: false, immediate: false });
+      // The edit sets the tokens with the grid (edits.js); the tokens box shows them at once.
+      const tokens = input.closest('fieldset')?.querySelector('[data-path="shape.tokens"]');
+      if (tokens && Array.isArray(v)) tokens.value = String(v[0] * v[1]);
+    });
+    return h('label', { class: 'opt', for: id, title: help }, h('span', {}, label_text), input, help_el);
+  }
   // int and number. An empty box means the default (out_features: the input width).
   const input = h('input', {
     ...common,

@@ -8,6 +8,8 @@ import './style.css';
 
 import glue_url from '@wasm/biaslab.js?url';
 import wasm_url from '@wasm/biaslab.wasm?url';
+import full_glue_url from '@wasm/biaslab-full.js?url';
+import full_wasm_url from '@wasm/biaslab-full.wasm?url';
 import export_glue_url from '@wasm/biaslab-export.js?url';
 import export_wasm_url from '@wasm/biaslab-export.wasm?url';
 
@@ -124,6 +126,8 @@ async function boot() {
   engine = new EngineClient({
     glue_url: new URL(glue_url, location.href).href,
     wasm_url: new URL(wasm_url, location.href).href,
+    full_glue_url: new URL(full_glue_url, location.href).href,
+    full_wasm_url: new URL(full_wasm_url, location.href).href,
     export_glue_url: new URL(export_glue_url, location.href).href,
     export_wasm_url: new URL(export_wasm_url, location.href).href,
     make_worker: () => new Worker(new URL('./engine-worker.js', import.meta.url), { type: 'classic', name: 'biaslab-engine' }),

@@ -3,7 +3,8 @@
 // no DOM (the Node tests import it).
 //
 // Shapes: tokens x features per sequence (the batch is drawn once, at the input). A layer's
-// output width is its out_features when it has one, else its input width (layer_widths).
+// output width is its out_features or out_channels when it has one, else its input width
+// (layer_widths).
 //
 // Parameters: the report's `layers` lists every parameter each layer declares (name, role,
 // shape), from the engine's own declarations (cpp/layers/<kind>.cpp, params()); buffers (BatchNorm's
@@ -39,7 +40,7 @@ function declared_parameters(report) {
 /**
  * The config's layers as a tree of nodes with widths and the parameters the report's `layers`
  * declares; every other name the report carries (fold targets) sits in its layer too.
- * @returns {{tokens: number, batch: number, features: number, out: number, layers: LayerNode[], params: Map<string, Param>}}
+ * @returns {{tokens: number, grid: number[] | null, batch: number, features: number, out: number, layers: LayerNode[], params: Map<string, Param>}}
  */
 export function stack_model(schema, config, report = null) {
   const params = new Map();
@@ -84,7 +85,8 @@ export function stack_model(schema, config, report = null) {
     params.set(name, p);
   }
   const last = layer_widths(Array.isArray(config?.layers) ? config.layers : [], features).at(-1);
-  return { tokens: config?.shape?.tokens ?? 0, batch: config?.shape?.batch ?? 0, features, out: last?.out ?? features, layers, params };
+  const grid = config?.shape?.grid;
+  return { tokens: config?.shape?.tokens ?? 0, grid: Array.isArray(grid) && grid.length === 2 ? grid : null, batch: config?.shape?.batch ?? 0, features, out: last?.out ?? features, layers, params };
 }
 
 function deepest_layer(layers, name) {

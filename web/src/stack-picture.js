@@ -11,7 +11,8 @@ const ROLE_TEXT = { weight: 'weight', bias: 'bias', gain: 'gain (scale)', shift:
 const SVG = 'http://www.w3.org/2000/svg';
 
 const verdict_of = (row) => (row ? (is_undetermined(row) ? 'undetermined' : row.verdict) : null);
-const shape_text = (tokens, w) => `${tokens} × ${w}`;
+// On an image grid the tokens are its positions: (H × W) × features.
+const shape_text = (tokens, w, grid = null) => `${grid ? `(${grid[0]} × ${grid[1]})` : tokens} × ${w}`;
 
 /**
  * @param {object} report
@@ -49,7 +50,7 @@ export function render_stack(report, { schema, on_select = () => {} }) {
   };
 
   const layer = (l) => {
-    const shape = l.shape.in === l.shape.out ? shape_text(model.tokens, l.shape.in) : `${shape_text(model.tokens, l.shape.in)} → ${shape_text(model.tokens, l.shape.out)}`;
+    const shape = l.shape.in === l.shape.out ? shape_text(model.tokens, l.shape.in, model.grid) : `${shape_text(model.tokens, l.shape.in, model.grid)} → ${shape_text(model.tokens, l.shape.out, model.grid)}`;
     const head = h(
       'div',
       { class: 'stack-head', title: l.help },
@@ -89,9 +90,9 @@ export function render_stack(report, { schema, on_select = () => {} }) {
   const picture = h(
     'div',
     { class: 'stack-picture' },
-    h('p', { class: 'stack-io' }, `input: batch ${model.batch} × ${shape_text(model.tokens, model.features)}`),
+    h('p', { class: 'stack-io' }, `input: batch ${model.batch} × ${shape_text(model.tokens, model.features, model.grid)}`),
     h('ol', { class: 'stack-list', 'aria-label': 'Layers, input to output' }, model.layers.map(layer)),
-    h('p', { class: 'stack-io' }, `output: ${shape_text(model.tokens, model.out)}`),
+    h('p', { class: 'stack-io' }, `output: ${shape_text(model.tokens, model.out, model.grid)}`),
     arrows,
   );
   const moves = [...facts].flatMap(([from, f]) => f.into.map((m) => ({ from, to: m.to, exact: m.fold.exact !== false })));

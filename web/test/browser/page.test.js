@@ -123,7 +123,7 @@ test('page: editing a layer updates the tables and the link without adding histo
 
 // One stack on which every fold rule of the engine applies, so every formula is on screen.
 const EVERY_RULE = {
-  shape: { batch: 2, tokens: 4, features: 16 },
+  shape: { batch: 2, tokens: 4, features: 16, grid: [2, 2] },
   layers: [
     { type: 'parallel', branches: [[{ type: 'linear' }], [{ type: 'relu' }, { type: 'linear' }]] },
     { type: 'layernorm' }, { type: 'linear' }, { type: 'rmsnorm' }, { type: 'linear' },
@@ -132,6 +132,7 @@ const EVERY_RULE = {
     { type: 'linear' }, { type: 'linear' }, { type: 'layernorm', bias: false },
     { type: 'attention', num_heads: 2, rope: true, rotary_dim: 4 },
     { type: 'residual', body: [{ type: 'layernorm' }, { type: 'linear' }] }, { type: 'layernorm' },
+    { type: 'conv2d' }, { type: 'batchnorm', mode: 'eval' }, { type: 'relu' }, { type: 'batchnorm', mode: 'eval' }, { type: 'conv1d' },
   ],
 };
 
@@ -219,6 +220,32 @@ test('page: an undetermined bias shows its bounds, a verdict style of its own an
   await page.locator('#section-biases').screenshot({ path: resolve(SHOTS, 'undetermined.png') });
   assert.deepEqual(problems, []);
   console.log(`undetermined row: ${bounds}; ${reason}`);
+  await page.close();
+});
+
+test('page: a convolution loads the engine that has it, on an image grid the form edits', async () => {
+  const engine = await load_engine();
+  const config = JSON.parse(engine.presets().find((p) => p.name === 'resnet-basic-block').config);
+  const { page, problems } = await open(server.url + encode_link(engine.schema(), config));
+  // The first-load engine hands the config on; the answer comes from the one with convolutions.
+  const requested = await page.evaluate(() => performance.getEntriesByType('resource').map((e) => e.name).filter((n) => /biaslab-full/.test(n)));
+  // (the page fetches and compiles the module; its loader is the worker's importScripts)
+  assert.equal(requested.filter((n) => n.endsWith('.wasm')).length, 1, `the full engine's module: ${requested.join(', ')}`);
+  assert.deepEqual(await bias_names(page), ['layers.0.body.0.bias', 'layers.0.body.1.bias', 'layers.0.body.3.bias', 'layers.0.body.4.bias']);
+  const first = await page.$eval('table.table-biases > tbody > tr', (tr) => tr.innerText);
+  assert.match(first, /64 of 64/);
+  // The grid field shows H × W; typing another grid sets the tokens with it.
+  assert.equal(await page.inputValue('[data-path="shape.grid"]'), '8 × 8');
+  await after_analysis(page, () => page.fill('[data-path="shape.grid"]', '4x6'));
+  assert.equal(await page.inputValue('[data-path="shape.tokens"]'), '24');
+  assert.equal(await page.isHidden('#message'), true);
+  // Text that is not a grid stays in the box, and the engine names the field.
+  await after_analysis(page, () => page.fill('[data-path="shape.grid"]', '4x'));
+  assert.match(await page.textContent('#message'), /shape\.grid/);
+  assert.equal(await page.inputValue('[data-path="shape.grid"]'), '4x');
+  await after_analysis(page, () => page.fill('[data-path="shape.grid"]', '3 × 3'));
+  assert.equal(await page.isHidden('#message'), true);
+  assert.deepEqual(problems, []);
   await page.close();
 });
 

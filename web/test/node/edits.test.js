@@ -29,6 +29,9 @@ test('edits: each op changes a copy, never the config it was given', () => {
     [{ op: 'set_option', path: 'layers[1]', name: 'out_features', value: undefined }, (n) => assert.deepEqual(n.layers[1], { type: 'linear' })],
     [{ op: 'set_field', name: 'shape.batch', value: 4 }, (n) => assert.equal(n.shape.batch, 4)],
     [{ op: 'set_field', name: 'seed', value: undefined }, (n) => assert.equal('seed' in n, false)],
+    // A grid sets written tokens with it (the engine would refuse a grid that disagrees with them).
+    [{ op: 'set_field', name: 'shape.grid', value: [3, 5] }, (n) => assert.deepEqual(n.shape, { batch: 2, tokens: 15, features: 64, grid: [3, 5] })],
+    [{ op: 'set_field', name: 'shape.grid', value: '3x' }, (n) => assert.deepEqual(n.shape, { batch: 2, tokens: 16, features: 64, grid: '3x' })],
     [{ op: 'load', config: { layers: [{ type: 'relu' }] } }, (n) => assert.deepEqual(n, { layers: [{ type: 'relu' }] })],
   ];
   for (const [edit, check] of cases) {

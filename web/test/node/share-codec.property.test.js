@@ -104,6 +104,10 @@ function option_value(spec) {
       const lo = spec.exclusive_min ?? spec.min ?? 0;
       return fc.double({ min: lo, max: spec.max ?? 1e6, minExcluded: spec.exclusive_min !== undefined, noNaN: true, noDefaultInfinity: true });
     }
+    case 'grid': {
+      const side = fc.integer({ min: spec.min ?? 1, max: 32 });
+      return fc.option(fc.tuple(side, side), { nil: null });
+    }
     default:
       throw new Error(`no generator for option type ${spec.type}`);
   }

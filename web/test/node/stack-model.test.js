@@ -61,6 +61,16 @@ test('stack model: shapes follow out_features; residual bodies nest with the ski
   assert.equal(m.tokens, 16);
 });
 
+test('stack model: convolutions on a grid: out_channels sets the width; weights count (out, in / groups, k, k)', () => {
+  const config = { shape: { batch: 1, features: 8, grid: [3, 4] }, layers: [{ type: 'conv2d', out_channels: 4, groups: 2 }, { type: 'conv1d', kernel_size: 5 }] };
+  const m = stack_model(schema, config, engine.analyze({ version: 1, ...config }));
+  assert.deepEqual(m.layers.map((l) => [l.name, l.shape.in, l.shape.out]), [['layers.0', 8, 4], ['layers.1', 4, 4]]);
+  assert.deepEqual(m.layers[0].params.map((p) => [p.local, p.size]), [['weight', 4 * 4 * 3 * 3], ['bias', 4]]);
+  assert.deepEqual(m.layers[1].params.map((p) => [p.local, p.size]), [['weight', 4 * 4 * 5], ['bias', 4]]);
+  assert.deepEqual(m.grid, [3, 4]);
+  assert.equal(m.out, 4);
+});
+
 test('stack model: folds become moves into their target, drops and centrings; verdicts from the rows', () => {
   const { report } = check(JSON.parse(engine.presets().find((p) => p.name === 'default').config), 'default');
   const facts = parameter_facts(report);
