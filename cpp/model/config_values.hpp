@@ -219,31 +219,21 @@ Failure parse_value(double& out, const J& v, const Spec& s, const std::string& p
   return std::nullopt;
 }
 
-// An enum's index among s.values; one function for every enum type (each would otherwise get a
-// copy of it, which the page's engine pays for in size).
-template <class J>
-Failure parse_enum(int& out, const J& v, const Spec& s, const std::string& path) {
+template <class J, class E>
+std::enable_if_t<std::is_enum_v<E>, Failure> parse_value(E& out, const J& v, const Spec& s,
+                                                         const std::string& path, int) {
   std::vector<std::string> names;
   for (int i = 0; i < enum_count(s.values); ++i) names.push_back(quote(s.values[i]));
   if (v.is_string()) {
     const auto& str = v.template get_ref<const std::string&>();
     for (int i = 0; i < enum_count(s.values); ++i) {
       if (str == s.values[i]) {
-        out = i;
+        out = static_cast<E>(i);
         return std::nullopt;
       }
     }
   }
   return Error{path, "must be one of " + join(names) + ", got " + describe(v)};
-}
-
-template <class J, class E>
-std::enable_if_t<std::is_enum_v<E>, Failure> parse_value(E& out, const J& v, const Spec& s,
-                                                         const std::string& path, int) {
-  int i = 0;
-  if (auto e = parse_enum(i, v, s, path)) return e;
-  out = static_cast<E>(i);
-  return std::nullopt;
 }
 
 template <class J>
