@@ -44,7 +44,7 @@ struct Size {
   long layers = 0, widest = 0, parameters = 0;
 };
 
-void measure(const std::vector<LayerConfig>& layers, long& width, Size& s) {
+void measure(const std::vector<LayerConfig>& layers, long& width, long tokens, Size& s) {
   for (const LayerConfig& l : layers) {
     ++s.layers;
     const long f = width;
@@ -63,13 +63,16 @@ void measure(const std::vector<LayerConfig>& layers, long& width, Size& s) {
         s.parameters += width * (f / std::max(1, l.groups)) * taps + (l.bias ? width : 0);
         break;
       }
+      case LayerType::pos_embedding:
+        s.parameters += tokens * f;
+        break;
       case LayerType::residual:
-        measure(l.body, width, s);
+        measure(l.body, width, tokens, s);
         break;
       case LayerType::parallel:
         for (const auto& branch : l.branches) {
           long w = f;
-          measure(branch, w, s);
+          measure(branch, w, tokens, s);
         }
         break;
       default:
@@ -97,7 +100,7 @@ bool small_enough(const ExperimentConfig& c) {
   Size s;
   long width = c.shape.features;
   s.widest = width;
-  measure(c.layers, width, s);
+  measure(c.layers, width, c.shape.tokens, s);
   return s.widest <= kMaxWidth && s.layers <= kMaxLayers && s.parameters <= kMaxParameters;
 }
 

@@ -55,6 +55,16 @@ inline const json& bias_row(const json& report, const std::string& param) {
   return report;  // unreachable: FAIL throws
 }
 
+// The report's invariance probe named `probe` (the first, e.g. "model: permute tokens"); fails the
+// test when the report has none.
+inline const json& probe_row(const json& report, const std::string& probe) {
+  for (const json& p : report.at("invariances"))
+    if (p.at("probe") == probe) return p;
+  INFO("invariances: " << report.at("invariances").dump());
+  FAIL("the report has no probe " << probe);
+  return report;  // unreachable: FAIL throws
+}
+
 // Compact one-line summary of a bias row, for INFO messages.
 inline std::string row_text(const json& b) {
   std::string s = b.at("param").get<std::string>() + ": redundant_dim " +

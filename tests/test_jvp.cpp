@@ -94,6 +94,14 @@ TEST_CASE("jvp: convolutions, their biases and what they carry to the output") {
       {"type": "groupnorm", "num_groups": 3}]})");
 }
 
+TEST_CASE("jvp: a position table enters per token, and what it carries to the output") {
+  // The table's direction (t, f) moves token t of every sample only; a bias before the table
+  // passes it unchanged.
+  check_all_biases(net(2, 3, 4, R"({"type": "linear"}, {"type": "pos_embedding"}, {"type": "layernorm"},
+      {"type": "residual", "body": [{"type": "pos_embedding"}, {"type": "attention", "num_heads": 2, "causal": true}]},
+      {"type": "groupnorm", "num_groups": 2}, {"type": "pos_embedding"}, {"type": "gelu"})"));
+}
+
 TEST_CASE("jvp: a linear bias matches central differences through linear, relu and gelu") {
   SUBCASE("linear alone") { check_all_biases(net(2, 3, 4, R"({"type": "linear"})")); }
   SUBCASE("linear, relu, linear") {

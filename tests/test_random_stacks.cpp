@@ -23,7 +23,7 @@ json random_layer(std::mt19937& g, int& w, int depth) {
   std::vector<int> divs;
   for (int d = 1; d <= w; ++d)
     if (w % d == 0) divs.push_back(d);
-  const int kind = pick(depth < 2 ? 12 : 11);
+  const int kind = pick(depth < 2 ? 13 : 12);
   switch (kind) {
     case 0: {
       json l = {{"type", "linear"}, {"bias", coin()}};
@@ -51,6 +51,7 @@ json random_layer(std::mt19937& g, int& w, int depth) {
     case 8: return {{"type", "relu"}};
     case 9: return {{"type", "gelu"}, {"approximate", coin() ? "tanh" : "none"}};
     case 10: return {{"type", "softmax"}};
+    case 11: return {{"type", "pos_embedding"}};
     default: {
       // A residual body must end at the width it started with.
       int inner = w;

@@ -471,3 +471,23 @@ TEST_CASE("presets: resnet-basic-block and convnext-block say what their reports
   for (const char* quoted : {"1 of 96", "centre_bias_before_norm", "fold_layernorm_affine", "groups 96"})
     CHECK(convnext_claim.find(quoted) != std::string::npos);
 }
+
+TEST_CASE("presets: vit-block says what its report finds") {
+  // Every reader of the stream is a LayerNorm: the position table loses each position's mean
+  // (8 positions), the key bias all of it, what writes into the stream its mean.
+  const json vit = report_of(find_preset("vit-block")->config);
+  const std::map<std::string, int> expected{
+      {"layers.0.weight", 8},           {"layers.1.body.0.bias", 0},        {"layers.1.body.1.q_proj.bias", 0},
+      {"layers.1.body.1.k_proj.bias", 96}, {"layers.1.body.1.v_proj.bias", 1}, {"layers.1.body.1.o_proj.bias", 1},
+      {"layers.2.body.0.bias", 0},      {"layers.2.body.1.bias", 0},        {"layers.2.body.3.bias", 1},
+      {"layers.3.bias", 0}};
+  CHECK(dims(vit) == expected);
+  CHECK(bias_row(vit, "layers.0.weight").at("size") == 8 * 96);
+  CHECK(bias_row(vit, "layers.0.weight").at("directions") == "constant over each position's features");
+  CHECK(rules(vit) == std::multiset<std::string>{"centre_bias_before_norm", "centre_writers", "drop_key_bias",
+                                                  "fold_layernorm_affine", "fold_layernorm_affine", "fold_value_bias"});
+  for (const json& f : vit.at("folds")) CHECK(f.at("exact") == true);
+  const std::string claim = find_preset("vit-block")->claim;
+  for (const char* quoted : {"8 of its 768", "centre_writers", "redundant whole", "layernorm_before"})
+    CHECK(claim.find(quoted) != std::string::npos);
+}

@@ -32,7 +32,8 @@ inline json num(double v) { return std::isfinite(v) ? json(v) : json(nullptr); }
 // A random direction with unit RMS per entry (so "size s" means entries of about s).
 Vec unit_rms_direction(std::uint64_t seed, const std::string& key, int n);
 
-// The op a bias's tangent meets first, skipping residual ends (the add passes it on).
+// The op a bias's tangent meets first, skipping residual ends and position tables (both add to
+// it and pass it on).
 struct Next {
   const Op* op = nullptr;
   bool through_residual = false;

@@ -38,6 +38,38 @@ Mat value_to_output(const Model& m, const ModelParam& p) {
   return m.params[m.ops[p.op + 1].w].value * repeat_kv_matrix(at.heads, at.kv_heads, at.in / at.heads);
 }
 
+// A position table's rows (pos_embedding: T rows of F, held flat); 0 for a vector bias.
+int table_rows(const Model& m, const ModelParam& p) {
+  return m.ops[p.op].kind == OpKind::position ? m.tokens : 0;
+}
+
+// Subspaces of a table (T rows of F, flat), as (T * F, j) columns: constant over each row's
+// features (what a per-token mean removes), constant over each of G feature groups across all
+// rows (GroupNorm's group means over a sample), or the same at every position (a plain bias:
+// what a mean over the tokens removes, BatchNorm train and InstanceNorm).
+Mat table_row_constants(int T, int F) {
+  Mat S = Mat::Zero(Eigen::Index(T) * F, T);
+  for (int t = 0; t < T; ++t) S.block(Eigen::Index(t) * F, t, F, 1).setOnes();
+  return S;
+}
+Mat table_group_constants(int T, int F, int G) {
+  const int per = F / G;
+  Mat S = Mat::Zero(Eigen::Index(T) * F, G);
+  for (int t = 0; t < T; ++t)
+    for (int g = 0; g < G; ++g) S.block(Eigen::Index(t) * F + g * per, g, per, 1).setOnes();
+  return S;
+}
+Mat table_position_constants(int T, int F) {
+  Mat S = Mat::Zero(Eigen::Index(T) * F, F);
+  for (int t = 0; t < T; ++t) S.block(Eigen::Index(t) * F, 0, F, F).setIdentity();
+  return S;
+}
+
+// Whether the op removes each token's mean over its features (LayerNorm, softmax).
+bool centres_each_token(const Op& op) {
+  return op.kind == OpKind::softmax || (op.kind == OpKind::norm && op.norm == NormKind::layer);
+}
+
 // Why a bias is (or is not) redundant: from where it enters and what its tangent meets next.
 BIASLAB_COLD std::string explain(const Model& m, const ModelParam& p, int k, int n, const std::string& directions) {
   const std::string local = local_name(m, p);
@@ -64,6 +96,10 @@ BIASLAB_COLD std::string explain(const Model& m, const ModelParam& p, int k, int
       if (via.empty()) via = "through the residual add, ";
       continue;
     }
+    if (o.kind == OpKind::position) {  // adds a table: the tangent passes unchanged
+      if (via.empty()) via = "past the position table, ";
+      continue;
+    }
     // A 1 x 1 convolution is a Linear applied at every position.
     const bool pointwise = o.kind == OpKind::conv && o.kernel_h * o.kernel_w == 1;
     if (o.kind == OpKind::linear || pointwise || (o.kind == OpKind::norm && o.norm == NormKind::batch_eval)) {
@@ -76,6 +112,18 @@ BIASLAB_COLD std::string explain(const Model& m, const ModelParam& p, int k, int
     break;
   }
   if (!at) return via + "added to the output";
+  // A table's rows each lose their mean where every token loses its mean.
+  const bool row_means = directions == "constant over each position's features";
+  if (table_rows(m, p) > 0 && row_means && centres_each_token(*at))
+    return via + (at->kind == OpKind::softmax ? "softmax is shift invariant in each token"
+                                              : "LayerNorm subtracts each token's mean") +
+           ": each position's row of the table loses its mean";
+  if (table_rows(m, p) > 0 && row_means && at->kind == OpKind::residual_begin)
+    return via + "feeds a residual stream whose readers cancel part of each position's row";
+  if (table_rows(m, p) > 0 && k > 0 && centres_each_token(*at))
+    return via + (at->kind == OpKind::softmax ? "softmax is shift invariant in each token"
+                                              : "LayerNorm subtracts each token's mean") +
+           ": what reaches it as a constant over a token's features cancels";
   // The layer the op belongs to says what it does to a bias that reaches it.
   if (at->layer_kind && at->layer_kind->explain_incoming) return via + at->layer_kind->explain_incoming(*at, k);
   return via + "passes on to the output";
@@ -94,6 +142,15 @@ BIASLAB_COLD std::string describe_directions(const Model& m, const ModelParam& p
     return (B - Q * (Q.transpose() * B)).norm() < 1e-6 * std::sqrt(double(k));
   };
   if (spans(Mat::Ones(n, 1))) return "all-ones";
+  if (const int T = table_rows(m, p); T > 0) {  // a table: the other names are for vectors
+    const int F = n / T;
+    if (k == T && spans(table_row_constants(T, F))) return "constant over each position's features";
+    if (k == F && spans(table_position_constants(T, F))) return "the same at every position";
+    for (int G = 2; G < F; ++G)
+      if (F % G == 0 && k == G && spans(table_group_constants(T, F, G)))
+        return "constant within each of the " + std::to_string(G) + " groups, at every position";
+    return std::to_string(k) + " of " + std::to_string(n) + " directions";
+  }
   const Next nx = added_to_output(m, p) ? next_op(m, p.op) : Next{};
   if (nx.op && nx.op->kind == OpKind::norm && nx.op->norm == NormKind::group) {
     const int G = nx.op->groups, per = n / G;
@@ -120,6 +177,15 @@ BIASLAB_COLD std::string describe_directions(const Model& m, const ModelParam& p
 BIASLAB_COLD std::vector<Mat> exact_candidates(const Model& m, const ModelParam& p) {
   const int n = static_cast<int>(p.value.size());
   std::vector<Mat> out{Mat::Ones(n, 1)};
+  if (const int T = table_rows(m, p); T > 0) {  // a table: the subspaces what reads it removes
+    const int F = n / T;
+    out.push_back(table_row_constants(T, F));
+    out.push_back(table_position_constants(T, F));
+    const Next nx = next_op(m, p.op);
+    if (nx.op && nx.op->kind == OpKind::norm && nx.op->norm == NormKind::group && nx.op->groups > 1 && F % nx.op->groups == 0)
+      out.push_back(table_group_constants(T, F, nx.op->groups));
+    return out;
+  }
   const Next nx = added_to_output(m, p) ? next_op(m, p.op) : Next{};
   if (nx.op && nx.op->kind == OpKind::norm && nx.op->norm == NormKind::group && nx.op->groups > 1 &&
       n % nx.op->groups == 0) {

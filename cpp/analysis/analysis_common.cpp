@@ -25,6 +25,7 @@ Next next_op(const Model& m, int op_index) {
       n.through_residual = true;
       continue;
     }
+    if (m.ops[i].kind == OpKind::position) continue;  // adds a table: a tangent passes unchanged
     n.op = &m.ops[i];
     return n;
   }

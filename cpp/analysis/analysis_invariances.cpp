@@ -45,11 +45,21 @@ BIASLAB_COLD std::vector<Probe> analyse_invariances(Context& c) {
   const auto& wd = c.ev->weights64();
   const DType dt = m.dtype;
   bool positional = false, conv = false;  // conv: a kernel wider than one token
+  bool table = false;                     // a position table is added
   for (size_t i = 0; i < m.ops.size(); ++i) {
     const Op& op = m.ops[i];
     const Mat& xd = trace.inputs[i];
     const MatT<float> xf = xd.cast<float>();
     if (op.kind == OpKind::attention) positional = positional || op.causal || op.rope;
+    // A table gives tokens positions unless its bias row found all of it redundant (a LayerNorm
+    // over one feature cancels it whole).
+    if (op.kind == OpKind::position) {
+      bool cancelled = false;
+      for (size_t b = 0; b < c.bias_params.size() && b < c.structures.size(); ++b)
+        if (c.bias_params[b] == op.b)
+          cancelled = c.structures[b].determined && c.structures[b].redundant_dim == c.structures[b].size;
+      table = table || !cancelled;
+    }
     if (op.kind == OpKind::conv && op.kernel_h * op.kernel_w > 1) conv = true;
     if (op.kind == OpKind::attention && can_permute) {
       const std::string exp_note = op.causal ? "a causal mask breaks it" : op.rope ? "RoPE breaks it" : "";
@@ -123,9 +133,10 @@ BIASLAB_COLD std::vector<Probe> analyse_invariances(Context& c) {
     base_p.y = permute_tokens(base_p.y, perm, B);
     base_p.y_other = permute_tokens(base_p.y_other, perm, B);
     probes.push_back({"model: permute tokens", "model", "x -> P x, compared with P out",
-                      positional || conv ? "changes" : "equivariant",
-                      conv ? "a convolution reads each token's neighbours"
-                           : positional ? "a causal mask or RoPE gives tokens positions" : "",
+                      positional || conv || table ? "changes" : "equivariant",
+                      conv     ? "a convolution reads each token's neighbours"
+                      : table  ? "a position embedding gives tokens positions"
+                      : positional ? "a causal mask or RoPE gives tokens positions" : "",
                       Evaluator::compare(base_p, out)});
   }
   return probes;

@@ -159,6 +159,7 @@ verdicts and folds are what should agree.
   out += kLayersBanner;
   // The classes the layers named (TorchNeeds), in a fixed order; some have a variant for one
   // token or one value.
+  if (needs.has("pos_embedding")) out += py::pos_embedding;
   if (needs.has("attention")) out += py::attention;
   if (needs.has("glu")) out += py::glu;
   if (needs.has("conv")) out += py::conv;

@@ -73,10 +73,24 @@ int centre_groups(const Seq& s, int j) {
   const auto groups = traits(s, j).cancels_mean_groups;
   return groups ? groups(s[j].cfg) : 0;
 }
-bool match_centre_before_norm(const Seq& s, int i) { return centre_groups(s, i + 1) > 0 && has_feeder(s, i); }
+// A position table right before the norm: each of its rows is centred the same way, or (GroupNorm)
+// each group across all rows.
+bool table_before(const Seq& s, int i) { return i >= 0 && i < static_cast<int>(s.size()) && traits(s, i).table; }
+bool match_centre_before_norm(const Seq& s, int i) {
+  return centre_groups(s, i + 1) > 0 && (has_feeder(s, i) || table_before(s, i));
+}
 BIASLAB_COLD void apply_centre_before_norm(Seq& s, int i, const std::string& prefix, FoldApplied& out) {
   const int G = centre_groups(s, i + 1);
   out.layers = {name_of(prefix, i), name_of(prefix, i + 1)};
+  if (table_before(s, i)) {
+    LayerNode& n = s[i];
+    const bool each_row = !traits(s, i + 1).sample_statistics;
+    centre_table(n.find(traits(s, i).table)->value, n.cfg.positions, G, each_row);
+    const std::string name = param_name(name_of(prefix, i), traits(s, i).table);
+    out.moves.push_back({name, name});
+    out.dof_removed += each_row ? n.cfg.positions * G : G;
+    return;
+  }
   for (const Feeder& f : feeders(s, i, prefix)) {
     Mat& b = f.node->find(f.local)->value;
     const int n = static_cast<int>(b.rows()), per = n / G;

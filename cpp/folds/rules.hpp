@@ -74,6 +74,19 @@ inline bool flag_covers_others(const LayerNode& n, bool LayerConfig::*flag, cons
   return false;
 }
 
+// Centres a flat table of `rows` rows (pos_embedding's weight) over each of `groups` equal
+// groups of features: within each row (`each_row`: what a per-token mean removes), or across all
+// rows (GroupNorm's group means over a sample).
+inline void centre_table(Mat& flat, int rows, int groups, bool each_row) {
+  const Eigen::Index F = flat.size() / rows, per = F / groups;
+  Eigen::Map<Eigen::Matrix<double, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>> t(flat.data(), rows, F);
+  for (int g = 0; g < groups; ++g) {
+    auto block = t.middleCols(g * per, per);
+    if (each_row) block.colwise() -= block.rowwise().mean();
+    else block.array() -= block.mean();
+  }
+}
+
 inline Vec col(const LayerNode& n, const std::string& local) {
   const Param* p = n.find(local);
   return p ? Vec(p->value.col(0)) : Vec();

@@ -40,9 +40,10 @@ std::string torch(const LayerNode& n, TorchNeeds& needs) {
          ", eps=" + py_float(n.cfg.eps) + ", affine=" + py_bool(n.cfg.affine) + ")";
 }
 
-// Its shift feeds what follows; it cancels the mean of each group of a vector added to its input.
+// Its shift feeds what follows; it cancels the mean of each group of a vector added to its input,
+// taken over all of a sample's tokens.
 int groups(const LayerConfig& c) { return c.num_groups; }
-constexpr FoldTraits kFolds{{}, nullptr, "bias", nullptr, nullptr, groups};
+constexpr FoldTraits kFolds{{}, nullptr, "bias", nullptr, nullptr, groups, nullptr, nullptr, /*sample_statistics=*/true};
 
 }  // namespace
 

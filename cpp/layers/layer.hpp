@@ -122,6 +122,13 @@ struct FoldTraits {
   // Whether the rows of the `writes` weight read different inputs (a grouped convolution): the
   // rules that centre those rows (W - 1 mean(W)) then leave the layer alone. Null: never.
   bool (*grouped)(const LayerConfig& c) = nullptr;
+  // A learned table added to the input, one row per position (pos_embedding's weight, held flat
+  // as (positions * features, 1)): the rules that centre a bias centre each of its rows (or,
+  // before GroupNorm, each group across the rows). Null: none.
+  const char* table = nullptr;
+  // Whether cancels_mean_groups takes each group's mean over all of a sample's tokens (GroupNorm),
+  // not over each token's features (LayerNorm, softmax): the same for a bias, not for a table.
+  bool sample_statistics = false;
 };
 
 // The torch.nn expression that builds a layer (node.in_width: its input width); notes the Python

@@ -55,6 +55,17 @@ MatT<S> linear(const MatT<S>& x, const MatT<S>& W, const MatT<S>* b, const MatT<
   return y;
 }
 
+// The position op (pos_embedding): token t of each sample (row r of x, t = r % T) gets row t of
+// the table, which is held flat as (T * F, 1) in torch's row-major (T, F) order.
+template <class S>
+MatT<S> add_positions(const MatT<S>& x, const MatT<S>& table, int T) {
+  MatT<S> y = x;
+  const Eigen::Index F = x.cols();
+  using Row = Eigen::Matrix<S, 1, Eigen::Dynamic>;
+  for (Eigen::Index r = 0; r < x.rows(); ++r) y.row(r) += Eigen::Map<const Row>(table.data() + (r % T) * F, F);
+  return y;
+}
+
 // Row-wise softmax in place, max-subtracted. With `causal`, row i keeps only columns j <= i
 // (the others are masked and get exactly 0). A finite `sink` is one more logit in every row that
 // takes part in the normalisation and is then dropped (attention sinks: Hugging Face gpt-oss

@@ -316,7 +316,11 @@ Failure check_stack(const std::vector<LayerConfig>& layers, const std::string& p
         return e;
     // Parameters as the kind declares them (the network builds exactly these).
     declared.clear();
-    if (kind.params) kind.params(l, in, out, declared);
+    if (kind.params) {  // (kinds with parameters have no body: the copy is shallow)
+      LayerConfig with_positions = l;
+      with_positions.positions = w.shape.tokens;
+      kind.params(with_positions, in, out, declared);
+    }
     for (const ParamSpec& p : declared)
       if (p.role != ParamRole::buffer) w.parameters += static_cast<long long>(p.rows) * p.cols;
     if (kind.has_body) {

@@ -65,6 +65,9 @@ struct LayerConfig {
   int kernel_size = 3;
   ConvPadding padding = ConvPadding::same;
   int groups = 1;  // depthwise when it equals the input width
+  // pos_embedding: the table's rows, shape.tokens (not an option: set where the network is built
+  // and checked, so that a kind declares its parameters from the config alone)
+  int positions = 0;
   // residual: computes x + body(x)
   std::vector<LayerConfig> body;
   // parallel: computes x + the sum of branch(x) over its branches

@@ -24,6 +24,8 @@ MatT<S> op_forward(const Model& m, const Op& op, const Weights<S>& w, const MatT
       if (products) products->assign(1, MatT<S>());
       return conv_forward<S>(op, param(w, ov, op.w), op.b >= 0 ? &param(w, ov, op.b) : nullptr, x,
                              pre ? &(*pre)[0] : nullptr, products ? &(*products)[0] : nullptr);
+    case OpKind::position:
+      return add_positions<S>(x, param(w, ov, op.b), m.tokens);
     case OpKind::norm:
       return norm_forward<S>(op, w, ov, x, m.batch);
     case OpKind::activation:

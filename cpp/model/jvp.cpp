@@ -22,6 +22,8 @@ Mat op_jvp(const Model& m, const Op& op, const Mat& x, const Mat& dx, int n) {
       return dx * m.params[op.w].value.transpose();
     case OpKind::conv:
       return conv_forward<double>(op, m.params[op.w].value, nullptr, dx);
+    case OpKind::position:
+      return dx;
     case OpKind::norm:
       return norm_jvp(m, op, x, dx, n);
     case OpKind::activation: {
@@ -41,6 +43,23 @@ Mat op_jvp(const Model& m, const Op& op, const Mat& x, const Mat& dx, int n) {
   }
   return dx;
 }
+
+namespace {
+
+// A seed on a position table (T * F entries, flat) as the tangent it adds to the tokens: token r
+// (position r % T) gets the direction's row r % T. A broadcast seed holds one direction per row
+// (n, T * F); a per-token one (n * N, T * F) a direction for each token.
+Mat position_seed(const Seed& seed, int n, Eigen::Index N, int T, int F) {
+  Mat out(Eigen::Index(n) * N, F);
+  for (int a = 0; a < n; ++a)
+    for (Eigen::Index r = 0; r < N; ++r) {
+      const Eigen::Index row = seed.broadcast ? a : Eigen::Index(a) * N + r;
+      out.row(Eigen::Index(a) * N + r) = seed.values.block(row, (r % T) * F, 1, F);
+    }
+  return out;
+}
+
+}  // namespace
 
 Mat jvp(const Model& m, const Trace& trace, const Seed& seed, int n, int stop, bool* broadcast) {
   const int start = m.params[seed.param].op;
@@ -101,6 +120,12 @@ Mat jvp(const Model& m, const Trace& trace, const Seed& seed, int n, int stop, b
         per_token();
         if (d) d->v = conv_forward<double>(op, m.params[op.w].value, nullptr, d->v);
         add_seed(op.b);
+        break;
+      case OpKind::position:  // x + table: a tangent passes; the table's own enters per token
+        if (op.b == seed.param) {
+          const Tangent s{position_seed(seed, n, N, m.tokens, op.in), false};
+          d = d ? add(*d, s, N) : s;
+        }
         break;
       case OpKind::norm:
         if (d) {

@@ -120,7 +120,7 @@ struct LayerKind;
 struct Activation;
 // residual_begin and residual_end enclose a residual's body or a parallel's branches; between two
 // branches, branch_next adds the branch's output to the block's sum and restarts from its input.
-enum class OpKind { linear, conv, norm, activation, softmax, attention, glu, residual_begin, residual_end, branch_next };
+enum class OpKind { linear, conv, position, norm, activation, softmax, attention, glu, residual_begin, residual_end, branch_next };
 enum class NormKind { layer, rms, batch_train, batch_eval, group, instance };
 
 struct Op {
@@ -131,6 +131,7 @@ struct Op {
   int layer_index = -1;       // index of the config layer in its sequence
   // Indices into Model::params; -1 when absent.
   int w = -1, b = -1;                                    // linear (and attention's o_proj)
+                                                         // position: b is the table
   NormKind norm = NormKind::layer;
   int gain = -1, shift = -1, mean = -1, var = -1;        // norm
   double eps = 0;

@@ -59,7 +59,7 @@ int layer_out_width(const LayerConfig& c, int in) {
   return k.out_width ? k.out_width(c, in) : in;
 }
 
-BIASLAB_COLD void build_layers(const std::vector<LayerConfig>& cfgs, int width, std::uint64_t seed,
+BIASLAB_COLD void build_layers(const std::vector<LayerConfig>& cfgs, int width, int tokens, std::uint64_t seed,
                   const std::string& prefix, std::vector<LayerNode>& out) {
   out.clear();
   for (size_t i = 0; i < cfgs.size(); ++i) {
@@ -67,15 +67,16 @@ BIASLAB_COLD void build_layers(const std::vector<LayerConfig>& cfgs, int width, 
     node.cfg = cfgs[i];
     node.cfg.body.clear();
     node.cfg.branches.clear();
+    node.cfg.positions = tokens;
     node.in_width = width;
     node.out_width = layer_out_width(cfgs[i], width);
     const std::string layer = layer_name(prefix, i);
     node.params = declare_params(node.cfg, node.in_width, node.out_width, seed, layer);
     if (layer_kind(cfgs[i].type).has_body)
-      build_layers(cfgs[i].body, width, seed, body_prefix(layer), node.body);
+      build_layers(cfgs[i].body, width, tokens, seed, body_prefix(layer), node.body);
     node.branches.resize(cfgs[i].branches.size());
     for (size_t b = 0; b < cfgs[i].branches.size(); ++b)
-      build_layers(cfgs[i].branches[b], width, seed, branch_prefix(layer, b), node.branches[b]);
+      build_layers(cfgs[i].branches[b], width, tokens, seed, branch_prefix(layer, b), node.branches[b]);
     width = node.out_width;
     out.push_back(std::move(node));
   }
@@ -125,7 +126,7 @@ BIASLAB_COLD std::vector<Param> declare_params(const LayerConfig& c, int in, int
 BIASLAB_COLD Network build_network(const ExperimentConfig& config) {
   Network net;
   net.config = config;
-  build_layers(config.layers, config.shape.features, config.seed, kTopLayers, net.layers);
+  build_layers(config.layers, config.shape.features, config.shape.tokens, config.seed, kTopLayers, net.layers);
   return net;
 }
 

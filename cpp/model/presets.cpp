@@ -200,6 +200,21 @@ const std::vector<Preset>& presets() {
       {"type": "gelu"},
       {"type": "linear", "out_features": 96}]},
    {"type": "layernorm", "eps": 1e-12}]})"},
+      {"vit-block", "ViT encoder layer with position embeddings, width 96",
+       "A ViT-B/16 encoder layer in its proportions (12 heads, an MLP 4x as wide with the exact GELU, LayerNorm eps 1e-12, every bias) at width 96 instead of 768 and on 8 patch tokens instead of 197 (the patch embedding and the class token are left out), after the learned position embeddings and before the final LayerNorm. Every reader of the residual stream is a LayerNorm (layernorm_before, layernorm_after and the final one), so the position table loses each position's mean: 8 of its 768 numbers here, 197 of 151,296 in ViT-B/16. centre_writers removes them, as TransformerLens centres GPT-2's position embeddings, together with the means of the attention's and the MLP's output biases. The key bias is redundant whole.",
+       R"({"version": 1, "seed": 47, "dtype": "float64",
+ "shape": {"batch": 2, "tokens": 8, "features": 96},
+ "layers": [
+   {"type": "pos_embedding"},
+   {"type": "residual", "body": [
+      {"type": "layernorm", "eps": 1e-12},
+      {"type": "attention", "num_heads": 12}]},
+   {"type": "residual", "body": [
+      {"type": "layernorm", "eps": 1e-12},
+      {"type": "linear", "out_features": 384},
+      {"type": "gelu"},
+      {"type": "linear", "out_features": 96}]},
+   {"type": "layernorm", "eps": 1e-12}]})"},
       {"resnet-basic-block", "ResNet basic block (conv3x3-BN-ReLU x 2, skip), 64 channels",
        "ResNet-18's first basic block as torchvision writes it: conv1 (3x3, padding 1) -> bn1 -> ReLU -> conv2 -> bn2, plus the input, then ReLU, with 64 channels as in ResNet-18's first stage on an 8 x 8 grid instead of 56 x 56, BatchNorm in training mode. torchvision builds these convolutions with bias=False; here their biases are on, to ask whether they matter. They do not: each BatchNorm (train) subtracts its channel's mean over the batch and every position, so both conv biases are redundant whole (64 of 64 each), and drop_bias_before_norm removes them. The BatchNorm shifts stay effective: a ReLU follows each (the second after the skip sum). In eval mode the same BatchNorms fuse into the convolutions instead (fuse_conv_batchnorm_eval).",
        R"({"version": 1, "seed": 41, "dtype": "float64",

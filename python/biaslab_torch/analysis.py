@@ -123,10 +123,10 @@ def null_vanishes_before(model, name, relu, x, V):
     bias = model.get_parameter(name).detach()
     store, remove = capture_inputs([relu])
     try:
-        def at_relu(c):
-            functional_call(model, {name: c}, (x,))
+        def at_relu(c):  # c: the bias flat (a position table's rows one after another)
+            functional_call(model, {name: c.view_as(bias)}, (x,))
             return store[0].reshape(-1)
-        J = jacobian(at_relu, bias, vectorize=True, strategy="forward-mode")  # (N*w, n)
+        J = jacobian(at_relu, bias.reshape(-1), vectorize=True, strategy="forward-mode")  # (N*w, n)
     finally:
         remove()
     n = bias.numel()
@@ -152,12 +152,13 @@ def structure(model, name, inputs, max_samples, subspace=None):
     bias = model.get_parameter(name).detach()
     owner = model.get_submodule(name.rsplit(".", 1)[0])
     n = bias.numel()
+    table = getattr(owner, "TABLE", False)  # a position table (T, F): analysed flat, as a bias of T * F
     generator = torch.Generator().manual_seed(SEED + 3)
     if subspace and subspace < n:
         P = torch.linalg.qr(torch.randn(n, subspace, generator=generator, dtype=torch.float64)).Q  # (n, s)
-        at, to_bias = torch.zeros(subspace, dtype=torch.float64), lambda c: bias + P @ c
+        at, to_bias = torch.zeros(subspace, dtype=torch.float64), lambda c: bias + (P @ c).view_as(bias)
     else:
-        P, at, to_bias = None, bias, lambda b: b
+        P, at, to_bias = None, bias.reshape(-1), lambda b: b.view_as(bias)
     m = at.numel()
     relus = relus_after(model, owner)
     active = [None] * len(relus)
@@ -180,7 +181,9 @@ def structure(model, name, inputs, max_samples, subspace=None):
             if active[i] is not None and bool(((now > 0) & (active[i] == 0)).any()):
                 new_units = True
             active[i] = now if active[i] is None else active[i] + now
-        direction = torch.randn(BATCH, TOKENS, n, generator=generator, dtype=torch.float64) / math.sqrt(n)
+        # A table's entry at a token is the row of its position: the token's direction has F entries.
+        width = bias.shape[-1] if table else n
+        direction = torch.randn(BATCH, TOKENS, width, generator=generator, dtype=torch.float64) / math.sqrt(n)
         reference_sq += per_token_response(model, owner, x, direction, name.endswith("sinks")).pow(2).sum().item()
         R = torch.linalg.qr(J if R is None else torch.cat([R, J]), mode="r").R
         tau = max(STRUCTURE_RTOL * math.sqrt(reference_sq), ROUNDING_RANK * math.sqrt(output_sq))

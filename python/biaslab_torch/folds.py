@@ -146,7 +146,14 @@ def drop_bias_before_norm(seq, i):
 
 
 def centre_bias_before_norm(seq, i, groups):
-    """LayerNorm and softmax cancel a bias's mean, GroupNorm each group's mean: remove them."""
+    """LayerNorm and softmax cancel a bias's mean, GroupNorm each group's mean: remove them. A
+    position table loses each row's mean before LayerNorm and softmax (per token), and each
+    group's mean over all its rows before GroupNorm (per sample)."""
+    if getattr(seq[i], "TABLE", False):
+        table = seq[i].weight.view(seq[i].weight.shape[0], groups, -1)
+        over = (0, 2) if isinstance(seq[i + 1], nn.GroupNorm) else (2,)
+        table.sub_(table.mean(dim=over, keepdim=True))
+        return
     for module in feeders(seq, i):
         grouped = module.bias.view(groups, -1)
         module.bias.copy_((grouped - grouped.mean(dim=1, keepdim=True)).reshape(-1))
@@ -196,7 +203,11 @@ def merge_linear_linear(seq, i):
 
 def centre_writer(layer):
     """Centres the output of the projection `layer` writes with (a Linear, attention's o_proj, a
-    GLU's down_proj): W <- W - 1 mean(W), b <- b - mean(b). Returns the projection."""
+    GLU's down_proj): W <- W - 1 mean(W), b <- b - mean(b); or each row of a position table.
+    Returns the projection (or the table's module)."""
+    if getattr(layer, "TABLE", False):
+        layer.weight.sub_(layer.weight.mean(dim=1, keepdim=True))
+        return layer
     writer = getattr(layer, layer.WRITES) if hasattr(layer, "WRITES") else layer
     writer.weight.sub_(writer.weight.mean(dim=0, keepdim=True))
     if writer.bias is not None:
@@ -224,7 +235,7 @@ def centre_writers(seq, i):
     the LayerNorm after it read the stream only through LayerNorms, which ignore each token's mean:
     the layer seq[i] when it writes into the run, and the last layer of each body and branch, where
     they write through a projection, are centred (TransformerLens center_writing_weights)."""
-    writes = lambda layer: isinstance(layer, nn.Linear) or hasattr(layer, "WRITES") or \
+    writes = lambda layer: isinstance(layer, nn.Linear) or hasattr(layer, "WRITES") or hasattr(layer, "TABLE") or \
         (isinstance(layer, (nn.Conv1d, nn.Conv2d)) and layer.groups == 1)  # grouped rows read other inputs
     block = lambda layer: hasattr(layer, "body") or hasattr(layer, "branches")  # Residual, Parallel
     start = i if block(seq[i]) else i + 1

@@ -149,6 +149,20 @@ class Conv2d(nn.Conv2d):
         B, T, C = x.shape
         x = torch.nn.functional.pad(x.transpose(1, 2).reshape(B, C, *self.grid), self.pads)
         return super().forward(x).flatten(2).transpose(1, 2)
+# @export pos_embedding
+
+
+class PositionEmbedding(nn.Module):
+    """A learned table added to (B, T, F), one row per position: GPT-2's wpe read at positions
+    0..T-1, ViT's position_embeddings. The table is a bias that differs per position."""
+    TABLE = True  # for the analysis and the fold helpers: `weight` is bias-like, centred per row
+
+    def __init__(self, positions, features):
+        super().__init__()
+        self.weight = nn.Parameter(torch.zeros(positions, features))
+
+    def forward(self, x):
+        return x + self.weight
 # @export rmsnorm
 
 

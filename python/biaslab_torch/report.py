@@ -9,16 +9,19 @@ from .weights import read_safetensors, load_experiment, draw_experiment, round_t
 # @export report
 
 
-def snap_null_basis(B):
-    """B (n, k) with the all-ones direction put in exactly when it lies in span(B) (to 1e-6): a
+def snap_null_basis(B, rows=1):
+    """B (n, k) with the vectors constant over each of `rows` equal parts (the all-ones direction;
+    for a position table, each position's row) put in exactly when they lie in span(B) (to 1e-6): a
     basis from computed Jacobians is only as accurate as their rounding (one token into a
     LayerNorm leaves it 1e-11 off), enough for a move along it to show above the floor."""
     n, k = B.shape
-    ones = torch.ones(n, 1, dtype=B.dtype) / math.sqrt(n)
-    if k == 0 or k == n or (ones - B @ (B.T @ ones)).norm().item() > 1e-6:
-        return B
-    rest = torch.linalg.svd(B - ones @ (ones.T @ B), full_matrices=False)[0][:, :k - 1]
-    return torch.cat([ones, rest], dim=1)
+    for parts in dict.fromkeys((rows, 1)):  # the wider candidate first
+        Q = torch.kron(torch.eye(parts, dtype=B.dtype), torch.ones(n // parts, 1, dtype=B.dtype)) / math.sqrt(n // parts)
+        if k == 0 or k == n or parts > k or (Q - B @ (B.T @ Q)).norm().item() > 1e-6 * math.sqrt(parts):
+            continue
+        rest = torch.linalg.svd(B - Q @ (Q.T @ B), full_matrices=False)[0][:, :k - parts]
+        return torch.cat([Q, rest], dim=1)
+    return B
 
 
 def unit_rms(v):
@@ -39,13 +42,15 @@ def analyse_biases(model, evaluator, max_samples, given_inputs=None, subspace=No
     inputs = StructuralInputs(SEED + 1, given_inputs if given_inputs is not None else [evaluator.x64])
     generator = torch.Generator().manual_seed(SEED + 2)
     for name, p in model.named_parameters():
-        if name.rsplit(".", 1)[-1] not in ("bias", "sinks"):  # attention sinks are bias-like rows too
+        # Attention sinks and position tables are bias-like rows too.
+        table = getattr(model.get_submodule(name.rsplit(".", 1)[0]), "TABLE", False)
+        if name.rsplit(".", 1)[-1] not in ("bias", "sinks") and not table:
             continue
         n = p.numel()
         st = structure(model, name, inputs, max_samples, subspace)
         k = st["redundant_dim"]
         undetermined = st["redundant_dim"] is None and "subspace" not in st
-        u = unit_rms(torch.randn(n, generator=generator, dtype=torch.float64))
+        u = unit_rms(torch.randn(n, generator=generator, dtype=torch.float64)).view_as(p)
         full = compare(base, evaluator.run(name, p.detach() + u))
         row = {"param": name, "size": n, "redundant_dim": k,
                "redundant_dim_min": st["redundant_dim_min"], "redundant_dim_max": st["redundant_dim_max"]}
@@ -55,9 +60,9 @@ def analyse_biases(model, evaluator, max_samples, given_inputs=None, subspace=No
         elif not full["above_floor"]:
             verdict = "redundant"
         elif k is not None and 0 < k < n:
-            B = snap_null_basis(st["null_basis"])
+            B = snap_null_basis(st["null_basis"], p.shape[0] if table else 1)
             g = torch.randn(B.shape[1], generator=generator, dtype=torch.float64)
-            u = unit_rms(B @ g)
+            u = unit_rms(B @ g).view_as(p)
             # Both signs: an inactive ReLU unit cancels a push down but not a push up.
             plus = compare(base, evaluator.run(name, p.detach() + u))
             minus = compare(base, evaluator.run(name, p.detach() - u))

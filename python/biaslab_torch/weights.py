@@ -61,7 +61,7 @@ def draw_experiment(model, seed):
     """Weights and input from torch's generator: the engine's distributions, not its numbers.
     Projections U(-1/sqrt(fan_in), 1/sqrt(fan_in)) (torch.nn.Linear's bound); norm gains
     U(0.5, 1.5) and shifts U(-0.5, 0.5) (not 1 and 0, so every fold is a real test); running mean
-    U(-0.5, 0.5), running var U(0.5, 2); input N(0, 1)."""
+    U(-0.5, 0.5), running var U(0.5, 2); position tables as shifts; input N(0, 1)."""
     generator = torch.Generator().manual_seed(seed)
 
     def uniform(t, lo, hi):
@@ -75,6 +75,8 @@ def draw_experiment(model, seed):
                 if isinstance(module, (nn.Linear, nn.Conv1d, nn.Conv2d)):  # fan_in: in (/ groups * k...)
                     bound = 1 / math.sqrt(module.weight[0].numel())
                     uniform(t, -bound, bound)
+                elif getattr(module, "TABLE", False):  # a position table: drawn as a shift
+                    uniform(t, *ranges["bias"])
                 else:
                     uniform(t, *ranges[name])
     return torch.randn(BATCH, TOKENS, FEATURES, generator=generator, dtype=torch.float64)

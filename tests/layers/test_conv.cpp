@@ -147,20 +147,14 @@ TEST_CASE("conv: the bias before a norm, and the padding of a convolution on the
 
 TEST_CASE("conv: permuting the tokens changes the output, and the report says why") {
   const json r = report_of(grid_net(1, 2, 3, 4, R"({"type": "conv1d"})"), false, true);
-  bool seen = false;
-  for (const json& p : r.at("invariances")) {
-    if (p.at("probe") != "model: permute tokens") continue;
-    seen = true;
-    INFO(p.dump());
-    CHECK(p.at("expected") == "changes");
-    CHECK(p.at("note") == "a convolution reads each token's neighbours");
-    CHECK(p.at("agrees") == true);
-  }
-  CHECK(seen);
+  const json& p = probe_row(r, "model: permute tokens");
+  INFO(p.dump());
+  CHECK(p.at("expected") == "changes");
+  CHECK(p.at("note") == "a convolution reads each token's neighbours");
+  CHECK(p.at("agrees") == true);
   // A 1 x 1 convolution is a Linear per token: equivariant.
   const json one = report_of(grid_net(1, 2, 3, 4, R"({"type": "conv2d", "kernel_size": 1})"), false, true);
-  for (const json& p : one.at("invariances"))
-    if (p.at("probe") == "model: permute tokens") CHECK(p.at("expected") == "equivariant");
+  CHECK(probe_row(one, "model: permute tokens").at("expected") == "equivariant");
 }
 
 TEST_CASE("conv: a 1 x 1 convolution passes a bias on like a Linear, and the row blames what cancels it") {

@@ -331,6 +331,23 @@ FIXED = [
                                           {"type": "conv2d", "kernel_size": 2, "out_channels": 4, "groups": 2, "bias": False, "padding": "causal"},
                                           {"type": "conv1d", "out_channels": 2, "padding": "causal"}, {"type": "batchnorm"},
                                           {"type": "conv2d", "out_channels": 6}, {"type": "layernorm", "bias": False}]}),
+    # Position tables (never drawn by the generator, so that the random stacks stay as they were):
+    # ViT's pre-norm encoder block read only through LayerNorms (centre_writers takes each row's
+    # mean), a table before GroupNorm (each row's group means), softmax and BatchNorm (train), one
+    # inside a residual body, and a single position with batch 1.
+    ("pos-embedding-vit", {"version": 1, "seed": 31, "dtype": "float32", "shape": {"batch": 2, "tokens": 5, "features": 8},
+                           "layers": [{"type": "pos_embedding"},
+                                      {"type": "residual", "body": [{"type": "layernorm"}, {"type": "attention", "num_heads": 2}]},
+                                      {"type": "residual", "body": [{"type": "layernorm"}, {"type": "linear", "out_features": 16},
+                                                                    {"type": "gelu"}, {"type": "linear", "out_features": 8}]},
+                                      {"type": "layernorm"}]}),
+    ("pos-embedding-before-norms", {"version": 1, "seed": 32, "dtype": "float64", "shape": {"batch": 2, "tokens": 3, "features": 6},
+                                    "layers": [{"type": "pos_embedding"}, {"type": "groupnorm", "num_groups": 2}, {"type": "linear"},
+                                               {"type": "residual", "body": [{"type": "pos_embedding"}]}, {"type": "batchnorm"},
+                                               {"type": "pos_embedding"}, {"type": "softmax"}, {"type": "relu"}, {"type": "pos_embedding"}]}),
+    ("pos-embedding-grid-one-position", {"version": 1, "seed": 33, "dtype": "float64", "shape": {"batch": 1, "features": 4, "grid": [1, 1]},
+                                         "layers": [{"type": "conv2d", "kernel_size": 3}, {"type": "pos_embedding"}, {"type": "layernorm"},
+                                                    {"type": "pos_embedding"}, {"type": "attention", "num_heads": 2}]}),
     ("fold-merge-linear-linear", {"version": 1, "seed": 1, "dtype": "float64", "shape": {"batch": 2, "tokens": 3, "features": 6},
                                   "layers": [{"type": "linear", "out_features": 4}, {"type": "linear", "out_features": 8, "bias": False}, {"type": "softmax"}]}),
     ("fold-batchnorm-eval-linear", {"version": 1, "seed": 2, "dtype": "float64", "shape": {"batch": 2, "tokens": 4, "features": 8},

@@ -17,7 +17,7 @@ export const ARTICLES = [
     claims: [
       { id: '1.1', text: 'A bias on the key projection shifts every attention score of a query by the same amount, and softmax ignores such a shift: the key bias is strictly redundant. The query bias is not.', presets: ['article1-qk-softmax', 'default', 'causal-decoder-layer', 'prenorm-transformer-rope', 'gpt2-block', 'qwen2-block', 'gpt-oss-block', 'pythia-block'] },
       { id: '1.2', text: 'A Linear bias directly before BatchNorm in training mode is strictly redundant: the batch mean of each feature takes it away.', presets: ['article1-linear-batchnorm', 'norm-zoo', 'resnet-basic-block'] },
-      { id: '1.3', text: 'Before LayerNorm the bias is only "not strictly" redundant. Made precise here: exactly one direction of it (its mean over the features) cancels, the rest matters.', presets: ['article1-linear-layernorm', 'norm-zoo', 'convnext-block'] },
+      { id: '1.3', text: 'Before LayerNorm the bias is only "not strictly" redundant. Made precise here: exactly one direction of it (its mean over the features) cancels, the rest matters.', presets: ['article1-linear-layernorm', 'norm-zoo', 'convnext-block', 'vit-block'] },
       { id: '1.4', text: 'Common practice: in a pre-norm block only the key bias is redundant; in a post-norm block the attention biases are usually of little use. The page says which directions exactly.', presets: ['prenorm-transformer', 'postnorm-transformer', 'default', 'gpt2-block', 'bert-layer'] },
     ],
   },
@@ -28,7 +28,7 @@ export const ARTICLES = [
     author: null,
     claims: [
       { id: '2.1', text: 'Attention without positional information does not care about the order of keys and values (permuting them together changes nothing), and reordering the queries reorders the output the same way. A causal mask or rotary positions break this.', presets: ['default', 'prenorm-transformer-rope', 'causal-decoder-layer', 'llama-block'] },
-      { id: '2.2', text: 'The key bias cancels inside softmax; the value bias comes out of attention as the same vector for every token, so it can move into the output bias.', presets: ['article2-all-biases', 'default', 'gpt2-block', 'bert-layer', 'qwen2-block', 'gpt-oss-block', 'pythia-block'] },
+      { id: '2.2', text: 'The key bias cancels inside softmax; the value bias comes out of attention as the same vector for every token, so it can move into the output bias.', presets: ['article2-all-biases', 'default', 'gpt2-block', 'bert-layer', 'qwen2-block', 'gpt-oss-block', 'pythia-block', 'vit-block'] },
       { id: '2.3', text: 'A float32 check (1024 features, 32 heads, 16 tokens) changes the output only at rounding level when the key bias changes: a mean difference of about 1e-8, not zero.', presets: ['article2-key-bias'] },
     ],
   },

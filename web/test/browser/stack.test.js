@@ -31,7 +31,7 @@ const colours = (page) =>
     return { rows, chips, neutral: getComputedStyle(document.documentElement).getPropertyValue('--bg-soft').trim() };
   }));
 
-for (const preset of ['default', 'postnorm-transformer', 'norm-zoo', 'causal-decoder-layer', 'article2-all-biases', 'pythia-block']) {
+for (const preset of ['default', 'postnorm-transformer', 'norm-zoo', 'causal-decoder-layer', 'article2-all-biases', 'pythia-block', 'vit-block']) {
   test(`stack: ${preset}: every bias chip has its row's verdict and colours; every other parameter is neutral`, async () => {
     const { page, problems } = await env.open();
     if (preset !== 'default') await after_analysis(page, () => page.selectOption('#preset', preset));
