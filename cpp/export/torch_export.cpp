@@ -208,10 +208,11 @@ verdicts and folds are what should agree.
     if (rules.count("layernorm_to_rmsnorm")) out += py::layernorm_to_rmsnorm;
     if (rules.count("centre_writers")) out += py::centre_writers;
   }
-  out += "\n\n# The folds that apply to this stack: (rule, layers, rewrite of a model copy `m`).\nFOLDS = [\n";
+  out += "\n\n# The folds that apply to this stack: (rule, layers, rewrite of a model copy `m`, why the\n"
+         "# engine expects it not to be exact or None).\nFOLDS = [\n";
   for (const auto& f : folds) {
     FoldApplied applied;
-    apply_fold(net, f, applied);  // for the layer names only
+    apply_fold(net, f, applied);  // for the layer names and the caveat only
     std::string where;
     for (const auto& l : applied.layers) where += (where.empty() ? "" : ", ") + Json(l).dump();
     std::string fn = f.rule->id;
@@ -221,7 +222,8 @@ verdicts and folds are what should agree.
       const LayerNode& norm = node_at(net, f.site, f.site.index + 1);
       args += ", groups=" + std::to_string(norm.cfg.type == LayerType::groupnorm ? norm.cfg.num_groups : 1);
     }
-    out += "    (\"" + std::string(f.rule->id) + "\", [" + where + "], lambda m: " + fn + "(" + args + ")),\n";
+    const std::string caveat = applied.inexact.empty() ? "None" : Json(applied.inexact).dump();
+    out += "    (\"" + std::string(f.rule->id) + "\", [" + where + "], lambda m: " + fn + "(" + args + "), " + caveat + "),\n";
   }
   out += "]\n";
   out += py::weights;

@@ -39,9 +39,24 @@ bool absorbs_all(const Seq& s, int j) {
   return cancels && cancels(s[j].cfg);
 }
 
-bool match_drop_before_norm(const Seq& s, int i) { return absorbs_all(s, i + 1) && has_feeder(s, i); }
+// A position table right before a layer that cancels any constant added to the tokens
+// (BatchNorm train, InstanceNorm: a mean over the positions) loses the part every position
+// shares: each feature's mean over the rows.
+bool table_before(const Seq& s, int i) { return i >= 0 && i < static_cast<int>(s.size()) && traits(s, i).table; }
+
+bool match_drop_before_norm(const Seq& s, int i) {
+  return absorbs_all(s, i + 1) && (has_feeder(s, i) || table_before(s, i));
+}
 BIASLAB_COLD void apply_drop_before_norm(Seq& s, int i, const std::string& prefix, FoldApplied& out) {
   out.layers = {name_of(prefix, i), name_of(prefix, i + 1)};
+  if (table_before(s, i)) {
+    LayerNode& n = s[i];
+    centre_table_columns(n.find(traits(s, i).table)->value, n.cfg.positions);
+    const std::string name = param_name(name_of(prefix, i), traits(s, i).table);
+    out.moves.push_back({name, name});
+    out.dof_removed += n.in_width;
+    return;
+  }
   for (const Feeder& f : feeders(s, i, prefix)) {
     out.moves.push_back({f.name, ""});
     out.dof_removed += static_cast<int>(f.node->find(f.local)->value.size());
@@ -75,7 +90,6 @@ int centre_groups(const Seq& s, int j) {
 }
 // A position table right before the norm: each of its rows is centred the same way, or (GroupNorm)
 // each group across all rows.
-bool table_before(const Seq& s, int i) { return i >= 0 && i < static_cast<int>(s.size()) && traits(s, i).table; }
 bool match_centre_before_norm(const Seq& s, int i) {
   return centre_groups(s, i + 1) > 0 && (has_feeder(s, i) || table_before(s, i));
 }

@@ -87,6 +87,13 @@ inline void centre_table(Mat& flat, int rows, int groups, bool each_row) {
   }
 }
 
+// Centres each feature of a flat table of `rows` rows over the rows (what a mean over the
+// positions, BatchNorm train or InstanceNorm, removes).
+inline void centre_table_columns(Mat& flat, int rows) {
+  Eigen::Map<Eigen::Matrix<double, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>> t(flat.data(), rows, flat.size() / rows);
+  t.rowwise() -= t.colwise().mean();
+}
+
 inline Vec col(const LayerNode& n, const std::string& local) {
   const Param* p = n.find(local);
   return p ? Vec(p->value.col(0)) : Vec();

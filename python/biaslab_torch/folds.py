@@ -136,7 +136,11 @@ def fold_value_bias(seq, i):
 
 
 def drop_bias_before_norm(seq, i):
-    """BatchNorm (train) and InstanceNorm subtract every feature's mean: the biases before them cancel."""
+    """BatchNorm (train) and InstanceNorm subtract every feature's mean: the biases before them cancel,
+    and a position table before them loses each feature's mean over the positions."""
+    if getattr(seq[i], "TABLE", False):
+        seq[i].weight.sub_(seq[i].weight.mean(dim=0, keepdim=True))
+        return
     for module in feeders(seq, i):
         if isinstance(module, (nn.Linear, nn.LayerNorm)):
             module.bias = None

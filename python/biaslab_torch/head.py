@@ -33,7 +33,7 @@ TITLE = "A biaslab experiment"
 SEED = 0
 DTYPE = torch.float64
 BATCH, TOKENS, FEATURES = 1, 1, 1
-FOLDS = []  # (rule, layer names, rewrite of a model copy)
+FOLDS = []  # (rule, layer names, rewrite of a model copy, why it is expected not to be exact or None)
 
 
 def build_model():

@@ -140,6 +140,18 @@ TEST_CASE("pos_embedding: the folds that centre the table are exact and remove i
     CHECK(f.at("moves").dump().find("layers.0.body.1.weight") != std::string::npos);
     CHECK(f.at("dof_removed") == 4);
   }
+  SUBCASE("drop_bias_before_norm: each feature's mean over the positions before BatchNorm (train) or InstanceNorm") {
+    for (const std::string norm : {R"({"type": "batchnorm"})", R"({"type": "instancenorm", "affine": true})"}) {
+      CAPTURE(norm);
+      const json r = report_of(net(2, 3, 5, R"({"type": "pos_embedding"}, )" + norm + R"(, {"type": "gelu"})"));
+      const json& f = fold_row(r, "drop_bias_before_norm");
+      INFO(f.dump());
+      CHECK(f.at("exact") == true);
+      CHECK(f.at("dof_removed") == 5);
+      CHECK(f.at("params_removed") == 0);
+      CHECK(bias_row(r, "layers.0.weight").at("redundant_dim") == 5);
+    }
+  }
   SUBCASE("centre_bias_before_norm: per row before LayerNorm, per group over the table before GroupNorm") {
     for (const std::string norm : {R"({"type": "layernorm"})", R"({"type": "groupnorm", "num_groups": 2})"}) {
       CAPTURE(norm);

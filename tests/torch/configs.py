@@ -333,7 +333,8 @@ FIXED = [
                                           {"type": "conv2d", "out_channels": 6}, {"type": "layernorm", "bias": False}]}),
     # Position tables (never drawn by the generator, so that the random stacks stay as they were):
     # ViT's pre-norm encoder block read only through LayerNorms (centre_writers takes each row's
-    # mean), a table before GroupNorm (each row's group means), softmax and BatchNorm (train), one
+    # mean), a table before GroupNorm (each group's mean over the table), softmax, InstanceNorm and
+    # BatchNorm (train) (each feature's mean over the positions), one
     # inside a residual body, and a single position with batch 1.
     ("pos-embedding-vit", {"version": 1, "seed": 31, "dtype": "float32", "shape": {"batch": 2, "tokens": 5, "features": 8},
                            "layers": [{"type": "pos_embedding"},
@@ -344,7 +345,8 @@ FIXED = [
     ("pos-embedding-before-norms", {"version": 1, "seed": 32, "dtype": "float64", "shape": {"batch": 2, "tokens": 3, "features": 6},
                                     "layers": [{"type": "pos_embedding"}, {"type": "groupnorm", "num_groups": 2}, {"type": "linear"},
                                                {"type": "residual", "body": [{"type": "pos_embedding"}]}, {"type": "batchnorm"},
-                                               {"type": "pos_embedding"}, {"type": "softmax"}, {"type": "relu"}, {"type": "pos_embedding"}]}),
+                                               {"type": "pos_embedding"}, {"type": "softmax"}, {"type": "relu"}, {"type": "pos_embedding"},
+                                               {"type": "instancenorm", "affine": True}, {"type": "pos_embedding"}, {"type": "batchnorm"}, {"type": "gelu"}]}),
     ("pos-embedding-grid-one-position", {"version": 1, "seed": 33, "dtype": "float64", "shape": {"batch": 1, "features": 4, "grid": [1, 1]},
                                          "layers": [{"type": "conv2d", "kernel_size": 3}, {"type": "pos_embedding"}, {"type": "layernorm"},
                                                     {"type": "pos_embedding"}, {"type": "attention", "num_heads": 2}]}),

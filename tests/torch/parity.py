@@ -197,6 +197,10 @@ def compare(case, engine, torch_report):
             case.fail(f"fold {e['rule']} at {', '.join(e['where'])} exact",
                       f"{e['exact']} (max |delta| {e['max_abs_delta']}, floor {e['noise_floor']})",
                       f"{t['exact']} (max |delta| {t['max_abs_delta']}, floor {t['noise_floor']})")
+        # The script states the same reason the engine gives.
+        if e.get("inexact_because") != t.get("inexact_because"):
+            case.fail(f"fold {e['rule']} at {', '.join(e['where'])} reason", e.get("inexact_because"),
+                      t.get("inexact_because"))
 
 
 def main():
