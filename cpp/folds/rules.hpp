@@ -74,24 +74,34 @@ inline bool flag_covers_others(const LayerNode& n, bool LayerConfig::*flag, cons
   return false;
 }
 
-// Centres a flat table of `rows` rows (pos_embedding's weight) over each of `groups` equal
-// groups of features: within each row (`each_row`: what a per-token mean removes), or across all
-// rows (GroupNorm's group means over a sample).
+// Centres a flat table of `rows` rows (pos_embedding's weight, row-major) over each of `groups`
+// equal groups of features: within each row (`each_row`: what a per-token mean removes), or
+// across all rows (GroupNorm's group means over a sample). Plain loops: rarely run, kept small.
 inline void centre_table(Mat& flat, int rows, int groups, bool each_row) {
   const Eigen::Index F = flat.size() / rows, per = F / groups;
-  Eigen::Map<Eigen::Matrix<double, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>> t(flat.data(), rows, F);
-  for (int g = 0; g < groups; ++g) {
-    auto block = t.middleCols(g * per, per);
-    if (each_row) block.colwise() -= block.rowwise().mean();
-    else block.array() -= block.mean();
-  }
+  double* v = flat.data();
+  for (Eigen::Index g = 0; g < groups; ++g)
+    for (Eigen::Index r0 = 0; r0 < rows; r0 += each_row ? 1 : rows) {
+      const Eigen::Index r1 = each_row ? r0 + 1 : rows;
+      double sum = 0;
+      for (Eigen::Index r = r0; r < r1; ++r)
+        for (Eigen::Index f = g * per; f < (g + 1) * per; ++f) sum += v[r * F + f];
+      const double mean = sum / double((r1 - r0) * per);
+      for (Eigen::Index r = r0; r < r1; ++r)
+        for (Eigen::Index f = g * per; f < (g + 1) * per; ++f) v[r * F + f] -= mean;
+    }
 }
 
 // Centres each feature of a flat table of `rows` rows over the rows (what a mean over the
 // positions, BatchNorm train or InstanceNorm, removes).
 inline void centre_table_columns(Mat& flat, int rows) {
-  Eigen::Map<Eigen::Matrix<double, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>> t(flat.data(), rows, flat.size() / rows);
-  t.rowwise() -= t.colwise().mean();
+  const Eigen::Index F = flat.size() / rows;
+  double* v = flat.data();
+  for (Eigen::Index f = 0; f < F; ++f) {
+    double sum = 0;
+    for (Eigen::Index r = 0; r < rows; ++r) sum += v[r * F + f];
+    for (Eigen::Index r = 0; r < rows; ++r) v[r * F + f] -= sum / rows;
+  }
 }
 
 inline Vec col(const LayerNode& n, const std::string& local) {

@@ -60,9 +60,9 @@ MatT<S> linear(const MatT<S>& x, const MatT<S>& W, const MatT<S>* b, const MatT<
 template <class S>
 MatT<S> add_positions(const MatT<S>& x, const MatT<S>& table, int T) {
   MatT<S> y = x;
-  const Eigen::Index F = x.cols();
-  using Row = Eigen::Matrix<S, 1, Eigen::Dynamic>;
-  for (Eigen::Index r = 0; r < x.rows(); ++r) y.row(r) += Eigen::Map<const Row>(table.data() + (r % T) * F, F);
+  const Eigen::Index N = x.rows(), F = x.cols();
+  for (Eigen::Index f = 0; f < F; ++f)
+    for (Eigen::Index r = 0; r < N; ++r) y(r, f) += table((r % T) * F + f, 0);
   return y;
 }
 
