@@ -2,7 +2,7 @@
 // the Markdown and CSV exports); this file only decides how a few cells look on the page.
 // The formulas are typeset at build time (tools/katex-prerender.js): {latex: html}, in their own
 // module, fetched as the page starts but outside the first load: only the folds table shows them,
-// and a formula drawn before they land is filled in when they do.
+// and a formula drawn before they land, or before the page's first paint, is filled in after.
 let FORMULAS = null;
 // A failed fetch leaves every formula as its LaTeX source.
 const formulas_loaded = import('virtual:formulas').then((m) => (FORMULAS = m.default), () => (FORMULAS = {}));
@@ -36,11 +36,18 @@ function yes_no_badge(ok, yes = 'yes', no = 'no') {
   return h('span', { class: `badge ${ok ? 'good' : 'bad'}` }, h('span', { 'aria-hidden': 'true' }, ok ? '✓' : '✗'), ' ', ok ? yes : no);
 }
 
+// The first layout of the typeset formulas (KaTeX's HTML and its MathML) takes hundreds of
+// milliseconds in Chromium, in one Layout that the first paint of the tables would wait for. So
+// the page's first tables go without them: formulas land a frame after the first paint.
+let first_paint = null;
+const after_first_paint = () =>
+  (first_paint ??= new Promise((ok) => requestAnimationFrame(() => setTimeout(() => ok((first_paint = true)), 0))));
+
 /** A fold rule's formula; the raw LaTeX if the build did not typeset it. */
 function formula(tex) {
-  if (!FORMULAS) {
+  if (!FORMULAS || first_paint !== true) {
     const waiting = h('span', { class: 'formula' });
-    formulas_loaded.then(() => waiting.replaceWith(formula(tex)));
+    Promise.all([formulas_loaded, after_first_paint()]).then(() => waiting.replaceWith(formula(tex)));
     return waiting;
   }
   const html = Object.hasOwn(FORMULAS, tex) ? FORMULAS[tex] : null;
