@@ -112,18 +112,16 @@ BIASLAB_COLD std::string explain(const Model& m, const ModelParam& p, int k, int
     break;
   }
   if (!at) return via + "added to the output";
-  // A table's rows each lose their mean where every token loses its mean.
+  // A table reaching a per-token mean: its rows each lose their mean when nothing linear came
+  // between (the directions say so), else whatever arrives as a per-token constant.
   const bool row_means = directions == "constant over each position's features";
-  if (table_rows(m, p) > 0 && row_means && centres_each_token(*at))
-    return via + (at->kind == OpKind::softmax ? "softmax is shift invariant in each token"
-                                              : "LayerNorm subtracts each token's mean") +
-           ": each position's row of the table loses its mean";
-  if (table_rows(m, p) > 0 && row_means && at->kind == OpKind::residual_begin)
-    return via + "feeds a residual stream whose readers cancel part of each position's row";
   if (table_rows(m, p) > 0 && k > 0 && centres_each_token(*at))
     return via + (at->kind == OpKind::softmax ? "softmax is shift invariant in each token"
                                               : "LayerNorm subtracts each token's mean") +
-           ": what reaches it as a constant over a token's features cancels";
+           (row_means ? ": each position's row of the table loses its mean"
+                      : ": what reaches it as a constant over a token's features cancels");
+  if (table_rows(m, p) > 0 && row_means && at->kind == OpKind::residual_begin)
+    return via + "feeds a residual stream whose readers cancel part of each position's row";
   // The layer the op belongs to says what it does to a bias that reaches it.
   if (at->layer_kind && at->layer_kind->explain_incoming) return via + at->layer_kind->explain_incoming(*at, k);
   return via + "passes on to the output";
