@@ -24,6 +24,7 @@
 
 #include "check.hpp"
 #include "analysis/analyze.hpp"
+#include "model/model.hpp"
 #include "layers/layer.hpp"
 #include "model/config.hpp"
 
@@ -95,7 +96,8 @@ struct Tally {
 } tally;
 
 bool small_enough(const ExperimentConfig& c) {
-  const long rows = static_cast<long>(c.shape.batch) * c.shape.tokens;
+  // A cross-attention context adds its rows to the input's.
+  const long rows = static_cast<long>(c.shape.batch) * (c.shape.tokens + context_tokens(c.layers));
   if (rows > kMaxRows) return false;
   Size s;
   long width = c.shape.features;

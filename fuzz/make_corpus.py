@@ -92,9 +92,20 @@ def widths(layers, width, out):
     return width
 
 
+def context_tokens(layers):
+    """The cross-attention context's tokens (0: none), as the engine's context_tokens()."""
+    for l in layers:
+        t = l.get("context_tokens", 0) or context_tokens(l.get("body", []))
+        for branch in l.get("branches", []):
+            t = t or context_tokens(branch)
+        if t:
+            return t
+    return 0
+
+
 def small(config):
     s = config.get("shape", {})
-    rows = s.get("batch", 2) * s.get("tokens", 16)
+    rows = s.get("batch", 2) * (s.get("tokens", 16) + context_tokens(config["layers"]))
     out = {"layers": 0, "params": 0, "widest": s.get("features", 64)}
     widths(config["layers"], s.get("features", 64), out)
     return rows <= 12 and out["widest"] <= 12 and out["layers"] <= 8 and out["params"] <= 800
@@ -114,6 +125,8 @@ def shrink(config, scale):
                 l["num_heads"] = min(l["num_heads"], 2)
             if "num_groups" in l:
                 l["num_groups"] = min(l["num_groups"], 2)
+            if l.get("context_tokens"):
+                l["context_tokens"] = 2
             walk(l.get("body", []))
     walk(c["layers"])
     return c

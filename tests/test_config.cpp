@@ -43,7 +43,8 @@ const char* const kFullConfig = R"({
       {"type": "linear", "out_features": 32}]},
     {"type": "parallel", "branches": [[{"type": "relu"}], [{"type": "linear", "bias": false}, {"type": "silu"}]]},
     {"type": "conv1d", "out_channels": 16, "kernel_size": 4, "padding": "causal", "groups": 4, "bias": false},
-    {"type": "conv2d", "out_channels": 24, "kernel_size": 5, "padding": "causal", "groups": 8, "bias": false}
+    {"type": "conv2d", "out_channels": 24, "kernel_size": 5, "padding": "causal", "groups": 8, "bias": false},
+    {"type": "attention", "num_heads": 2, "context_tokens": 5}
   ]})";
 
 const char* const kExample = R"({"version": 1, "seed": 7, "dtype": "float64",

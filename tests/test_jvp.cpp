@@ -35,7 +35,7 @@ void check_all_biases(const std::string& text) {
   const Weights<double> w = cast_weights<double>(m);
   Trace trace;
   const Mat y = forward<double>(m, w, x, {}, &trace);
-  const Eigen::Index N = x.rows();
+  const Eigen::Index N = Eigen::Index(m.batch) * m.tokens;  // x's rows less a context's
   int checked = 0;
   for (size_t pi = 0; pi < m.params.size(); ++pi) {
     const ModelParam& p = m.params[pi];
@@ -46,8 +46,11 @@ void check_all_biases(const std::string& text) {
     Mat dirs(size, n);
     for (int i = 0; i < size; ++i)
       for (int a = 0; a < n; ++a) dirs(i, a) = rng.normal();
-    Seed seed{static_cast<int>(pi), Mat(n * N, size)};
-    for (int a = 0; a < n; ++a) seed.values.middleRows(a * N, N) = dirs.col(a).transpose().replicate(N, 1);
+    // A dense seed has a row per token where the parameter enters: the context's for the key and
+    // value side of cross-attention.
+    const Eigen::Index rows = seed_rows(m, static_cast<int>(pi), N);
+    Seed seed{static_cast<int>(pi), Mat(n * rows, size)};
+    for (int a = 0; a < n; ++a) seed.values.middleRows(a * rows, rows) = dirs.col(a).transpose().replicate(rows, 1);
     const Mat d = jvp(m, trace, seed, n, static_cast<int>(m.ops.size()));
     REQUIRE(d.rows() == n * N);
     REQUIRE(d.cols() == y.cols());
@@ -176,6 +179,24 @@ TEST_CASE("jvp: attention q/k/v/o biases match central differences") {
   }
   SUBCASE("multi-query (1 kv head), causal") {
     check_all_biases(net(2, 3, 8, R"({"type": "attention", "num_heads": 4, "num_kv_heads": 1, "causal": true})"));
+  }
+}
+
+TEST_CASE("jvp: cross-attention, whose keys and values read the context and not the input") {
+  // Queries from 4 tokens, keys and values from a context of 6 (3 with batch 1): the input's
+  // tangent reaches q alone; the k and v biases enter on the context's rows.
+  SUBCASE("plain, after a linear") {
+    check_all_biases(net(2, 4, 8, R"({"type": "linear"}, {"type": "attention", "num_heads": 2, "context_tokens": 6},
+                                   {"type": "layernorm"})"));
+  }
+  SUBCASE("grouped-query, qk_norm layernorm, sinks") {
+    check_all_biases(net(2, 4, 16, R"({"type": "linear"}, {"type": "attention", "num_heads": 4, "num_kv_heads": 2,
+                                    "qk_norm": "layernorm", "sinks": true, "context_tokens": 3}, {"type": "gelu"}, {"type": "linear"})"));
+  }
+  SUBCASE("inside a residual after self-attention, as a decoder block; 1 context token") {
+    check_all_biases(net(1, 3, 8, R"({"type": "residual", "body": [{"type": "layernorm"}, {"type": "attention", "num_heads": 2, "causal": true}]},
+                                   {"type": "residual", "body": [{"type": "layernorm"}, {"type": "attention", "num_heads": 2, "context_tokens": 1}]},
+                                   {"type": "residual", "body": [{"type": "layernorm"}, {"type": "attention", "num_heads": 2, "context_tokens": 1}]})"));
   }
 }
 

@@ -133,6 +133,20 @@ void check_generated(const ExperimentConfig& config) {
   }
 }
 
+// Parses a generated config and checks its analysis (check_generated); false when the parser
+// rejects it (the parser's own tests cover rejections).
+bool check_generated_text(const json& cfg) {
+  const std::string text = cfg.dump();
+  CAPTURE(text);
+  const auto parsed = parse_config_text(text);
+  if (!parsed) {
+    INFO("rejected: " << parsed.error().what());
+    return false;
+  }
+  check_generated(*parsed);
+  return true;
+}
+
 }  // namespace
 
 TEST_CASE("random stacks: every generated stack analyses with finite numbers, exact folds and an exact minimal model") {
@@ -148,17 +162,51 @@ TEST_CASE("random stacks: every generated stack analyses with finite numbers, ex
     for (int i = 0; i < n; ++i) layers.push_back(random_layer(g, w, 0));
     const json cfg = {{"version", 1}, {"seed", iter}, {"dtype", g() % 2 ? "float32" : "float64"},
                       {"shape", shape}, {"layers", layers}};
-    const std::string text = cfg.dump();
-    CAPTURE(text);
-    const auto parsed = parse_config_text(text);
-    if (!parsed) {
-      INFO("rejected: " << parsed.error().what());
-      continue;
-    }
-    check_generated(*parsed);
-    ++analysed;
+    if (check_generated_text(cfg)) ++analysed;
   }
   MESSAGE("analysed " << analysed << " of " << total << " generated stacks");
+  CHECK(analysed >= total / 2);
+}
+
+TEST_CASE("random stacks: cross-attention layers (one shared context) among random layers") {
+  // Its own generator, so that the stacks above stay as they were: random layers around one or
+  // two cross-attention layers (every option but causal and rope, which it refuses), sometimes
+  // inside a residual body, all reading one context of 1 to 5 tokens.
+  std::mt19937 g(20261126);
+  auto pick = [&](int n) { return static_cast<int>(g() % n); };
+  int analysed = 0;
+  const int total = std::getenv("BIASLAB_RANDOM_STACKS") ? std::atoi(std::getenv("BIASLAB_RANDOM_STACKS")) / 4 : 50;
+  for (int iter = 0; iter < total; ++iter) {
+    const int batch = 1 + pick(3), tokens = 1 + pick(5), context = 1 + pick(5);
+    int w = 1 + pick(8);
+    const json shape = {{"batch", batch}, {"tokens", tokens}, {"features", w}};
+    json layers = json::array();
+    const int n = 1 + pick(4), crosses = 1 + pick(2);
+    std::vector<int> at;
+    for (int c = 0; c < crosses; ++c) at.push_back(pick(n + 1));
+    for (int i = 0; i <= n; ++i) {
+      for (int a : at) {
+        if (a != i) continue;
+        std::vector<int> heads;
+        for (int d = 1; d <= w; ++d)
+          if (w % d == 0) heads.push_back(d);
+        const int h = heads[pick(static_cast<int>(heads.size()))];
+        std::vector<int> kv;
+        for (int d = 1; d <= h; ++d)
+          if (h % d == 0) kv.push_back(d);
+        json l = {{"type", "attention"}, {"num_heads", h}, {"num_kv_heads", kv[pick(static_cast<int>(kv.size()))]},
+                  {"q_bias", pick(2) == 1}, {"k_bias", pick(2) == 1}, {"v_bias", pick(2) == 1}, {"o_bias", pick(2) == 1},
+                  {"sinks", pick(4) == 0}, {"qk_norm", pick(3) == 0 ? "layernorm" : pick(2) ? "rmsnorm" : "none"},
+                  {"context_tokens", context}};
+        layers.push_back(pick(3) == 0 ? json{{"type", "residual"}, {"body", json::array({{{"type", "layernorm"}}, l})}} : l);
+      }
+      if (i < n) layers.push_back(random_layer(g, w, 0));
+    }
+    const json cfg = {{"version", 1}, {"seed", iter}, {"dtype", pick(2) ? "float32" : "float64"},
+                      {"shape", shape}, {"layers", layers}};
+    if (check_generated_text(cfg)) ++analysed;
+  }
+  MESSAGE("analysed " << analysed << " of " << total << " generated stacks with cross-attention");
   CHECK(analysed >= total / 2);
 }
 

@@ -2,6 +2,7 @@
 // can be wrong (each must give an Error naming the problem, never a crash).
 #include <doctest/doctest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <cstring>
@@ -264,6 +265,38 @@ TEST_CASE("safetensors: an experiment's tensors read back into the same network"
     REQUIRE(back->structure_inputs.size() == 2);
     CHECK(back->structure_inputs[1] == draw_input(cfg, 2));  // F64 whatever the config's dtype
   }
+}
+
+TEST_CASE("safetensors: cross-attention's contexts are tensors of their own and read back after the input") {
+  const auto parsed = parse_config_text(R"({"version": 1, "seed": 9, "shape": {"batch": 2, "tokens": 3, "features": 4},
+      "layers": [{"type": "attention", "num_heads": 2, "context_tokens": 5}]})");
+  REQUIRE(parsed.ok());
+  const ExperimentConfig& cfg = *parsed;
+  Network net = build_network(cfg);
+  sync_network(net);
+  const Mat x = draw_input(cfg, 0);
+  REQUIRE(x.rows() == 6 + 10);
+  const auto bytes = write_experiment_tensors({net, x, Mat(), {x, draw_input(cfg, 1)}});
+  REQUIRE(bytes.ok());
+  const auto file = read_safetensors(*bytes);
+  REQUIRE(file.ok());
+  CHECK(file->find("input")->shape == std::vector<std::int64_t>{2, 3, 4});
+  CHECK(file->find("context")->shape == std::vector<std::int64_t>{2, 5, 4});
+  CHECK(file->find("context")->values.front() == x(6, 0));  // the first context row
+  CHECK(file->find("structure_inputs")->shape == std::vector<std::int64_t>{2, 2, 3, 4});
+  CHECK(file->find("structure_contexts")->shape == std::vector<std::int64_t>{2, 2, 5, 4});
+  const auto back = read_experiment_tensors(cfg, *bytes);
+  REQUIRE(back.ok());
+  CHECK(back->input == x);
+  REQUIRE(back->structure_inputs.size() == 2);
+  CHECK(back->structure_inputs[1] == draw_input(cfg, 1));
+  // Without its context the file does not fit.
+  TensorFile f = *file;
+  f.tensors.erase(std::remove_if(f.tensors.begin(), f.tensors.end(), [](const Tensor& t) { return t.name == "context"; }),
+                  f.tensors.end());
+  const auto r = read_experiment_tensors(cfg, *write_safetensors(f));
+  REQUIRE_FALSE(r.ok());
+  CHECK(r.error().path == "context");
 }
 
 TEST_CASE("safetensors: an experiment file that does not fit the config is an error") {

@@ -11,13 +11,27 @@
 namespace biaslab::analysis {
 namespace {
 
+// Permutes the tokens of each of the `batch` samples in rows [first, first + batch * T); the
+// other rows (a model's context after its input, or its input before the context) stay.
 template <class S>
-MatT<S> permute_tokens(const MatT<S>& x, const std::vector<int>& perm, int batch) {
+MatT<S> permute_tokens(const MatT<S>& x, const std::vector<int>& perm, int batch, Eigen::Index first = 0) {
   const int T = static_cast<int>(perm.size());
-  MatT<S> y(x.rows(), x.cols());
+  MatT<S> y = x;
   for (int b = 0; b < batch; ++b)
-    for (int t = 0; t < T; ++t) y.row(b * T + t) = x.row(b * T + perm[t]);
+    for (int t = 0; t < T; ++t) y.row(first + b * T + t) = x.row(first + b * T + perm[t]);
   return y;
+}
+
+// A random permutation of T tokens that moves at least one (T > 1).
+std::vector<int> draw_permutation(std::uint64_t seed, const char* stream, int T) {
+  std::vector<int> perm(T);
+  std::iota(perm.begin(), perm.end(), 0);
+  Rng rng(seed, stream);
+  for (int i = T - 1; i > 0; --i) std::swap(perm[i], perm[static_cast<int>(rng.next() % (i + 1))]);
+  bool identity = true;
+  for (int t = 0; t < T; ++t) identity = identity && perm[t] == t;
+  if (identity && T > 1) std::swap(perm[0], perm[1]);
+  return perm;
 }
 
 }  // namespace
@@ -30,17 +44,11 @@ BIASLAB_COLD std::vector<Probe> analyse_invariances(Context& c) {
   Trace trace;
   forward<double>(m, c.ev->weights64(), c.ev->input(), {}, &trace);
   // A random permutation that moves at least one token (with one token none exists, and the
-  // permutation probes are left out).
-  std::vector<int> perm(T);
-  std::iota(perm.begin(), perm.end(), 0);
-  {
-    Rng rng(c.cfg.seed, "permutation");
-    for (int i = T - 1; i > 0; --i) std::swap(perm[i], perm[static_cast<int>(rng.next() % (i + 1))]);
-    bool identity = true;
-    for (int t = 0; t < T; ++t) identity = identity && perm[t] == t;
-    if (identity && T > 1) std::swap(perm[0], perm[1]);
-  }
+  // permutation probes are left out); another for the context's tokens.
+  const std::vector<int> perm = draw_permutation(c.cfg.seed, "permutation", T);
   const bool can_permute = T > 1;
+  const int Tc = m.context_tokens;
+  const std::vector<int> cperm = draw_permutation(c.cfg.seed, "context permutation", Tc);
   const auto& wf = c.ev->weights32();
   const auto& wd = c.ev->weights64();
   const DType dt = m.dtype;
@@ -61,25 +69,35 @@ BIASLAB_COLD std::vector<Probe> analyse_invariances(Context& c) {
       table = table || !cancelled;
     }
     if (op.kind == OpKind::conv && op.kernel_h * op.kernel_w > 1) conv = true;
-    if (op.kind == OpKind::attention && can_permute) {
+    // What keys and values read: the input (self-attention) or the context, and its permutation.
+    const bool cross = op.kind == OpKind::attention && op.context > 0;
+    const std::vector<int>& kperm = cross ? cperm : perm;
+    if (op.kind == OpKind::attention && (kperm.size() > 1 || can_permute)) {
       const std::string exp_note = op.causal ? "a causal mask breaks it" : op.rope ? "RoPE breaks it" : "";
-      const Eval base = combine_eval(dt, attention_core<float>(m, op, wf, xf, xf, B),
-                                     attention_core<double>(m, op, wd, xd, xd, B));
-      const MatT<float> pf = permute_tokens(xf, perm, B);
-      const Mat pd = permute_tokens(xd, perm, B);
-      // Keys and values permuted together: the output does not change.
-      const Eval kv = combine_eval(dt, attention_core<float>(m, op, wf, xf, pf, B),
-                                   attention_core<double>(m, op, wd, xd, pd, B));
-      probes.push_back({"attention: permute keys and values together", op.layer, "x_kv -> P x_kv",
-                        op.causal || op.rope ? "changes" : "invariant", exp_note, Evaluator::compare(base, kv)});
-      // Queries permuted: the output rows permute the same way.
-      Eval q = combine_eval(dt, attention_core<float>(m, op, wf, pf, xf, B),
-                            attention_core<double>(m, op, wd, pd, xd, B));
-      Eval base_p = base;
-      base_p.y = permute_tokens(base.y, perm, B);
-      base_p.y_other = permute_tokens(base.y_other, perm, B);
-      probes.push_back({"attention: permute queries", op.layer, "x_q -> P x_q, compared with P out",
-                        op.causal || op.rope ? "changes" : "equivariant", exp_note, Evaluator::compare(base_p, q)});
+      const Mat& kd = cross ? trace.context : xd;
+      const MatT<float> kf = kd.cast<float>();
+      const Eval base = combine_eval(dt, attention_core<float>(m, op, wf, xf, kf, B),
+                                     attention_core<double>(m, op, wd, xd, kd, B));
+      if (kperm.size() > 1) {
+        // Keys and values permuted together: the output does not change.
+        const Eval kv = combine_eval(dt, attention_core<float>(m, op, wf, xf, permute_tokens(kf, kperm, B), B),
+                                     attention_core<double>(m, op, wd, xd, permute_tokens(kd, kperm, B), B));
+        probes.push_back({cross ? "attention: permute the context's tokens" : "attention: permute keys and values together",
+                          op.layer, cross ? "y -> P y (keys and values read the context y)" : "x_kv -> P x_kv",
+                          op.causal || op.rope ? "changes" : "invariant", exp_note, Evaluator::compare(base, kv)});
+      }
+      if (can_permute) {
+        const MatT<float> pf = permute_tokens(xf, perm, B);
+        const Mat pd = permute_tokens(xd, perm, B);
+        // Queries permuted: the output rows permute the same way.
+        Eval q = combine_eval(dt, attention_core<float>(m, op, wf, pf, kf, B),
+                              attention_core<double>(m, op, wd, pd, kd, B));
+        Eval base_p = base;
+        base_p.y = permute_tokens(base.y, perm, B);
+        base_p.y_other = permute_tokens(base.y_other, perm, B);
+        probes.push_back({"attention: permute queries", op.layer, "x_q -> P x_q, compared with P out",
+                          op.causal || op.rope ? "changes" : "equivariant", exp_note, Evaluator::compare(base_p, q)});
+      }
     }
     if (op.kind == OpKind::norm) {
       // Shift and scale of the input, over the elements that share statistics.
@@ -125,7 +143,6 @@ BIASLAB_COLD std::vector<Probe> analyse_invariances(Context& c) {
   }
   // The whole model: permuting tokens permutes the output unless positions enter somewhere.
   if (can_permute) {
-    const MatT<float> xf = c.ev->input().cast<float>();
     const Mat pd = permute_tokens(c.ev->input(), perm, B);
     const MatT<float> pf = pd.cast<float>();
     const Eval out = combine_eval(dt, forward<float>(m, wf, pf), forward<double>(m, wd, pd));
@@ -138,6 +155,14 @@ BIASLAB_COLD std::vector<Probe> analyse_invariances(Context& c) {
                       : table  ? "a position embedding gives tokens positions"
                       : positional ? "a causal mask or RoPE gives tokens positions" : "",
                       Evaluator::compare(base_p, out)});
+  }
+  // Permuting the context's tokens changes nothing: cross-attention reads them as a set.
+  if (Tc > 1) {
+    const Mat pd = permute_tokens(c.ev->input(), cperm, B, Eigen::Index(B) * T);
+    const MatT<float> pf = pd.cast<float>();
+    const Eval out = combine_eval(dt, forward<float>(m, wf, pf), forward<double>(m, wd, pd));
+    probes.push_back({"model: permute the context's tokens", "model", "y -> P y", "invariant", "",
+                      Evaluator::compare(c.ev->base(), out)});
   }
   return probes;
 }

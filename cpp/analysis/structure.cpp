@@ -18,7 +18,7 @@ namespace {
 double trace_bytes(const Trace& t) {
   double b = 0;
   for (const Mat& x : t.inputs) b += double(x.size());
-  b += double(t.output.size());
+  b += double(t.output.size() + t.context.size());
   for (const AttentionCache& a : t.attention) {
     b += double(a.q.size() + a.k.size() + a.v.size());
     for (const Mat& p : a.probs) b += double(p.size());
@@ -68,7 +68,7 @@ double structural_flops_per_input(const Model& m, const ModelParam& p) {
     const Op& op = m.ops[i];
     const double F = op.in;
     if (op.kind == OpKind::attention) {
-      const double core = 4 * B * T * T * F;
+      const double core = 4 * B * T * (op.context ? op.context : T) * F;
       // A q/k/v bias enters after the projections and touches one head per direction.
       per_direction += i == p.op ? core / op.heads : 2 * N * F * F * (1 + 2.0 * op.kv_heads / op.heads) + core;
     } else if (op.kind == OpKind::glu) {
@@ -602,8 +602,9 @@ Structure StructureSolver::solve(int param, const std::function<bool()>& cancell
   auto null_vanishes_before = [&](const Trace& tr, int stop, bool* stopped) {
     const int N = static_cast<int>(tr.inputs[0].rows());
     Rng rng(0x5eedULL, p.name + ".kink");
-    Seed ref{param, Mat(N, n)};
-    for (int r = 0; r < N; ++r)
+    const Eigen::Index rows = seed_rows(m_, param, N);
+    Seed ref{param, Mat(rows, n)};
+    for (Eigen::Index r = 0; r < rows; ++r)
       for (int j = 0; j < n; ++j) ref.values(r, j) = rng.normal() / std::sqrt(double(n));
     const double ref_norm = jvp(m_, tr, ref, 1, stop).norm();
     const double limit = opt_.confirm_rel * ref_norm;
@@ -655,8 +656,9 @@ Structure StructureSolver::solve(int param, const std::function<bool()>& cancell
       // Reference scale: a random perturbation of the same tensor that differs per token (unit
       // norm per token, like a unit broadcast direction) is generically visible in the output.
       Rng rng(0x5eedULL + static_cast<std::uint64_t>(inputs - 1), p.name);
-      Seed ref{param, Mat(N, n)};
-      for (int r = 0; r < N; ++r)
+      const Eigen::Index rows = seed_rows(m_, param, N);
+      Seed ref{param, Mat(rows, n)};
+      for (Eigen::Index r = 0; r < rows; ++r)
         for (int j = 0; j < n; ++j) ref.values(r, j) = rng.normal() / std::sqrt(double(n));
       const Mat dref = jvp(m_, tr, ref, 1, cut);
       ref_sq += dref.squaredNorm();

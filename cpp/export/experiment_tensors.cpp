@@ -50,9 +50,13 @@ Result<std::string> write_experiment_tensors(const ExperimentTensors& x) {
     visit_params(net.layers, [&](const std::string& name, const Param& p) {
       file.tensors.push_back(matrix_tensor(name, dt, param_shape(p), p.value));
     });
-    if (x.input.rows() != rows || x.input.cols() != s.features)
+    // With cross-attention an input's context follows its rows (draw_input): its own tensor.
+    const int ctx = context_tokens(net.config.layers);
+    const Eigen::Index crows = Eigen::Index(s.batch) * ctx;
+    if (x.input.rows() != rows + crows || x.input.cols() != s.features)
       return Error{"input", "shape does not match the config"};
-    file.tensors.push_back(matrix_tensor("input", dt, {s.batch, s.tokens, s.features}, x.input));
+    file.tensors.push_back(matrix_tensor("input", dt, {s.batch, s.tokens, s.features}, x.input.topRows(rows)));
+    if (ctx) file.tensors.push_back(matrix_tensor("context", dt, {s.batch, ctx, s.features}, x.input.bottomRows(crows)));
     if (x.output.size() > 0) {
       if (x.output.rows() != rows || x.output.cols() != output_width(net))
         return Error{"output", "shape does not match the config"};
@@ -61,12 +65,15 @@ Result<std::string> write_experiment_tensors(const ExperimentTensors& x) {
     if (!x.structure_inputs.empty()) {
       const std::int64_t K = static_cast<std::int64_t>(x.structure_inputs.size());
       Tensor t{"structure_inputs", TensorDType::f64, {K, s.batch, s.tokens, s.features}, {}};
+      Tensor c{"structure_contexts", TensorDType::f64, {K, s.batch, ctx, s.features}, {}};
       for (const Mat& m : x.structure_inputs) {
-        if (m.rows() != rows || m.cols() != s.features)
+        if (m.rows() != rows + crows || m.cols() != s.features)
           return Error{"structure_inputs", "shape does not match the config"};
-        t.values.insert(t.values.end(), m.data(), m.data() + m.size());
+        t.values.insert(t.values.end(), m.data(), m.data() + rows * s.features);
+        c.values.insert(c.values.end(), m.data() + rows * s.features, m.data() + m.size());
       }
       file.tensors.push_back(std::move(t));
+      if (ctx) file.tensors.push_back(std::move(c));
     }
     return write_safetensors(file);
   } catch (const std::bad_alloc&) {
@@ -102,6 +109,14 @@ Result<ExperimentTensors> read_experiment_tensors(const ExperimentConfig& config
     const Shape& s = config.shape;
     const Eigen::Index rows = Eigen::Index(s.batch) * s.tokens;
     if (auto e = take("input", {s.batch, s.tokens, s.features}, rows, s.features, out.input)) return *e;
+    const int ctx = context_tokens(config.layers);
+    const Eigen::Index crows = Eigen::Index(s.batch) * ctx;
+    if (ctx) {  // the context follows the input's rows, as draw_input gives them
+      Mat c;
+      if (auto e = take("context", {s.batch, ctx, s.features}, crows, s.features, c)) return *e;
+      out.input.conservativeResize(rows + crows, Eigen::NoChange);
+      out.input.bottomRows(crows) = c;
+    }
     if (file->find("output")) {
       const int w = output_width(out.net);
       if (auto e = take("output", {s.batch, s.tokens, w}, rows, w, out.output)) return *e;
@@ -110,7 +125,15 @@ Result<ExperimentTensors> read_experiment_tensors(const ExperimentConfig& config
       const std::int64_t K = t->shape.empty() ? 0 : t->shape[0];
       Mat all;
       if (auto e = take("structure_inputs", {K, s.batch, s.tokens, s.features}, K * rows, s.features, all)) return *e;
-      for (std::int64_t k = 0; k < K; ++k) out.structure_inputs.push_back(all.middleRows(k * rows, rows));
+      Mat contexts;
+      if (ctx)
+        if (auto e = take("structure_contexts", {K, s.batch, ctx, s.features}, K * crows, s.features, contexts)) return *e;
+      for (std::int64_t k = 0; k < K; ++k) {
+        Mat x(rows + crows, s.features);
+        x.topRows(rows) = all.middleRows(k * rows, rows);
+        if (ctx) x.bottomRows(crows) = contexts.middleRows(k * crows, crows);
+        out.structure_inputs.push_back(std::move(x));
+      }
     }
     for (const Tensor& t : file->tensors)
       if (!used.count(t.name))

@@ -49,13 +49,15 @@ Result<std::string> write_safetensors(const TensorFile& file);
 // (Model::params, e.g. "layers.0.body.1.k_proj.bias"; matrices (out, in), vectors (n)) and the
 // input "input" (batch, tokens, features), in the config's dtype; optionally "output"
 // (batch, tokens, out features) and "structure_inputs" (K, batch, tokens, features), both F64.
+// With cross-attention, the contexts: "context" (batch, context tokens, features) and
+// "structure_contexts" (K, batch, context tokens, features).
 // The config itself goes into the metadata ("biaslab_config") for people who open the file
 // elsewhere.
 struct ExperimentTensors {
   Network net;
-  Mat input;                          // (B*T, F)
+  Mat input;                          // (B*T, F), then the context's rows as draw_input gives them
   Mat output;                         // (B*T, F_out); empty when absent
-  std::vector<Mat> structure_inputs;  // K of (B*T, F): the structural analysis's inputs 0..K-1 (0: the analysed input)
+  std::vector<Mat> structure_inputs;  // K inputs like `input`: the structural analysis's 0..K-1 (0: the analysed input)
 };
 
 Result<std::string> write_experiment_tensors(const ExperimentTensors& tensors);

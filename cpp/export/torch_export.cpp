@@ -156,6 +156,7 @@ verdicts and folds are what should agree.
   out += std::string("DTYPE = torch.") + dtype_name(config.dtype) + "\n";
   out += "BATCH, TOKENS, FEATURES = " + std::to_string(s.batch) + ", " + std::to_string(s.tokens) + ", " +
          std::to_string(s.features) + "\n";
+  out += "CONTEXT_TOKENS = " + std::to_string(context_tokens(config.layers)) + "\n";
   out += kLayersBanner;
   // The classes the layers named (TorchNeeds), in a fixed order; some have a variant for one
   // token or one value.

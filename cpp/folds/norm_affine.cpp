@@ -11,7 +11,7 @@ namespace biaslab::folds_detail {
 // and the q/k/v projections of a following attention.
 bool match_norm_affine(const Seq& s, int i, LayerType norm) {
   if (!is(s, i, norm) || !s[i].cfg.elementwise_affine || s[i].params.empty()) return false;
-  return traits(s, i + 1).reads.count > 0;
+  return i + 1 < static_cast<int>(s.size()) && input_reads(traits(s, i + 1), s[i + 1].cfg).count > 0;
 }
 
 BIASLAB_COLD void apply_norm_affine(Seq& s, int i, const std::string& prefix, FoldApplied& out) {
@@ -33,8 +33,9 @@ BIASLAB_COLD void apply_norm_affine(Seq& s, int i, const std::string& prefix, Fo
       set_param(nxt, proj + "bias", ParamRole::bias, b);
     }
   };
-  // Into every projection that reads the next layer's input (a Linear's one; attention's q, k, v).
-  const Items<Projection> projs = traits(s, i + 1).reads;
+  // Into every projection that reads the next layer's input (a Linear's one; attention's q, k, v,
+  // or q alone in cross-attention).
+  const Items<Projection> projs = input_reads(traits(s, i + 1), nxt.cfg);
   for (const Projection& p : projs) fold_into(p);
   for (const Projection& p : projs) out.moves.push_back({param_name(nn, "weight"), param_name(xn, std::string(p.prefix) + "weight")});
   if (beta.size())

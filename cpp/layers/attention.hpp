@@ -1,6 +1,6 @@
 // Attention (OpKind::attention): forward and JVP of the core (projections q, k, v, optional
 // RoPE, scaled dot-product scores, softmax, causal mask); the output projection compiles to an
-// ordinary linear op. See attention.cpp for the layer kind.
+// ordinary linear op. The arithmetic is attention_kernel.cpp; the layer kind attention.cpp.
 #pragma once
 
 #include <optional>

@@ -7,7 +7,7 @@
 // explains a bias (analysis), and the PyTorch script (export/torch_export.cpp, through the
 // writers table export/torch_kinds.cpp). A kind compiles to ops of a small fixed vocabulary
 // (OpKind: linear, norm, activation, softmax, attention, glu, residual markers) whose forward and
-// JVP live beside the kinds that use them (norm.cpp, attention.cpp, glu.cpp, softmax.cpp,
+// JVP live beside the kinds that use them (norm.cpp, attention_kernel.cpp, glu.cpp, softmax.cpp,
 // ops.hpp); an activation brings its own function and
 // derivative (Activation), so a new one needs no change to the drivers.
 #pragma once
@@ -129,7 +129,17 @@ struct FoldTraits {
   // Whether cancels_mean_groups takes each group's mean over all of a sample's tokens (GroupNorm),
   // not over each token's features (LayerNorm, softmax): the same for a bias, not for a table.
   bool sample_statistics = false;
+  // How many of `reads` read the layer's input, the first ones (cross-attention: q only, its k and
+  // v read the context). Null: all of them.
+  int (*reads_count)(const LayerConfig& c) = nullptr;
 };
+
+// The projections that read a layer's input (FoldTraits::reads, less those that read a context).
+inline Items<Projection> input_reads(const FoldTraits& t, const LayerConfig& c) {
+  Items<Projection> r = t.reads;
+  if (t.reads_count) r.count = static_cast<std::size_t>(t.reads_count(c));
+  return r;
+}
 
 // The torch.nn expression that builds a layer (node.in_width: its input width); notes the Python
 // sections it uses. Each kind file defines `kinds::<name>_torch` beside its LayerKind; the table

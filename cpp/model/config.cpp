@@ -280,6 +280,8 @@ struct Walk {
   long long rows = 0;        // batch * tokens
   long long layers = 0;      // counted through residual bodies
   long long parameters = 0;  // learned weights and biases
+  int context_tokens = 0;    // the cross-attention context's length (0: none yet)
+  std::string context_path;  // the layer that set it
 };
 
 Failure check_activations(const Walk& w, long long width, const std::string& path,
@@ -290,6 +292,35 @@ Failure check_activations(const Walk& w, long long width, const std::string& pat
                            std::to_string(w.shape.tokens) + " * " + std::to_string(width) + " = " +
                            std::to_string(activations) + " exceeds the limit of " +
                            std::to_string(Limits::max_activations) + " activations"};
+  return std::nullopt;
+}
+
+// Cross-attention layers read one context (an encoder's output: batch x context_tokens x
+// features), drawn with the input, so they must agree on its length; it counts towards the
+// limits like the input.
+// `in`: the layer's input width (its keys and values are kv_heads * in / num_heads wide).
+Failure check_context(const LayerConfig& l, int in, const std::string& path, Walk& w) {
+  if (l.context_tokens <= 0) return std::nullopt;
+  const std::string at = path + ".context_tokens";
+  if (w.context_tokens > 0 && l.context_tokens != w.context_tokens)
+    return Error{at, "every cross-attention layer reads the same context, of " + std::to_string(w.context_tokens) +
+                         " tokens (" + w.context_path + ".context_tokens), got " + std::to_string(l.context_tokens)};
+  if (w.context_tokens == 0) {
+    w.context_tokens = l.context_tokens;
+    w.context_path = path;
+  }
+  const long long rows = static_cast<long long>(w.shape.batch) * l.context_tokens;
+  if (rows > Limits::max_tokens_total)
+    return Error{at, "batch * context_tokens = " + std::to_string(w.shape.batch) + " * " + std::to_string(l.context_tokens) +
+                         " = " + std::to_string(rows) + " exceeds the limit of " +
+                         std::to_string(Limits::max_tokens_total) + " tokens in total"};
+  // The context itself, and its keys and values.
+  const long long kv = static_cast<long long>(l.num_kv_heads > 0 ? l.num_kv_heads : l.num_heads) * (in / l.num_heads);
+  const long long wide = std::max<long long>(w.shape.features, kv);
+  if (rows * wide > Limits::max_activations)
+    return Error{at, "batch * context_tokens * " + std::string(kv > w.shape.features ? "the key width" : "features") +
+                         " = " + std::to_string(rows) + " * " + std::to_string(wide) + " exceeds the limit of " +
+                         std::to_string(Limits::max_activations) + " activations"};
   return std::nullopt;
 }
 
@@ -311,6 +342,7 @@ Failure check_stack(const std::vector<LayerConfig>& layers, const std::string& p
       return Error{lp + ".type", std::string(kind.name) + " needs an image grid: set shape.grid to [H, W] with H * W = tokens"};
     if (kind.check)
       if (auto e = kind.check(l, in, lp)) return e;
+    if (auto e = check_context(l, in, lp, w)) return e;
     if (kind.inner_width)
       if (auto e = check_activations(w, kind.inner_width(l, in), lp + "." + kind.inner_option, kind.inner_option))
         return e;
@@ -319,6 +351,7 @@ Failure check_stack(const std::vector<LayerConfig>& layers, const std::string& p
     if (kind.params) {  // (kinds with parameters have no body: the copy is shallow)
       LayerConfig with_positions = l;
       with_positions.positions = w.shape.tokens;
+      with_positions.context_features = w.shape.features;
       kind.params(with_positions, in, out, declared);
     }
     for (const ParamSpec& p : declared)
@@ -348,7 +381,7 @@ Failure check_stack(const std::vector<LayerConfig>& layers, const std::string& p
 }
 
 Failure check_semantics(const ExperimentConfig& c) {
-  Walk w{c.shape};
+  Walk w{c.shape, 0, 0, 0, 0, {}};
   w.rows = static_cast<long long>(c.shape.batch) * c.shape.tokens;
   if (w.rows > Limits::max_tokens_total)
     return Error{"shape", "batch * tokens = " + std::to_string(c.shape.batch) + " * " +

@@ -55,6 +55,7 @@ struct LayerConfig {
   RopeStyle rope_style = RopeStyle::half;
   double rope_base = 10000.0;
   QkNorm qk_norm = QkNorm::none;  // per-head norm of queries and keys (Qwen3)
+  int context_tokens = 0;  // cross-attention: keys and values from a context of that many tokens
   // gelu
   GeluApprox approximate = GeluApprox::none;
   // glu (and bias, shared by its three projections as Hugging Face's mlp_bias)
@@ -68,6 +69,8 @@ struct LayerConfig {
   // pos_embedding: the table's rows, shape.tokens (not an option: set where the network is built
   // and checked, so that a kind declares its parameters from the config alone)
   int positions = 0;
+  // attention with context_tokens: the context's width, shape.features (set alike)
+  int context_features = 0;
   // residual: computes x + body(x)
   std::vector<LayerConfig> body;
   // parallel: computes x + the sum of branch(x) over its branches

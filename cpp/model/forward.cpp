@@ -14,7 +14,7 @@ namespace biaslab {
 template <class S>
 MatT<S> op_forward(const Model& m, const Op& op, const Weights<S>& w, const MatT<S>& x,
                    Override<S> ov, AttentionCache* cache, const std::vector<MatT<S>>* pre,
-                   std::vector<MatT<S>>* products) {
+                   std::vector<MatT<S>>* products, const MatT<S>* context) {
   switch (op.kind) {
     case OpKind::linear:
       if (products) products->assign(1, MatT<S>());
@@ -33,7 +33,7 @@ MatT<S> op_forward(const Model& m, const Op& op, const Weights<S>& w, const MatT
     case OpKind::softmax:
       return softmax_forward<S>(x);
     case OpKind::attention:
-      return attention_core<S>(m, op, w, x, x, m.batch, cache, ov, pre, products);
+      return attention_core<S>(m, op, w, x, op.context > 0 ? *context : x, m.batch, cache, ov, pre, products);
     case OpKind::glu:
       return glu_forward<S>(op, w, ov, x, pre, products);
     case OpKind::residual_begin:
@@ -56,8 +56,8 @@ struct Skip {
 
 // Runs ops [start, end) on h with the open blocks `skips`.
 template <class S>
-MatT<S> run_ops(const Model& m, const Weights<S>& w, MatT<S> h, std::vector<Skip<S>> skips, int start,
-                Override<S> ov, Trace* trace, Recording<S>* record,
+MatT<S> run_ops(const Model& m, const Weights<S>& w, MatT<S> h, const MatT<S>& context, std::vector<Skip<S>> skips,
+                int start, Override<S> ov, Trace* trace, Recording<S>* record,
                 const std::vector<MatT<S>>* start_products = nullptr) {
   for (size_t i = start; i < m.ops.size(); ++i) {
     const Op& op = m.ops[i];
@@ -78,7 +78,7 @@ MatT<S> run_ops(const Model& m, const Weights<S>& w, MatT<S> h, std::vector<Skip
       default:
         h = op_forward<S>(m, op, w, h, ov, trace ? &trace->attention[i] : nullptr,
                           static_cast<int>(i) == start ? start_products : nullptr,
-                          record ? &record->products[i] : nullptr);
+                          record ? &record->products[i] : nullptr, &context);
     }
   }
   return h;
@@ -92,7 +92,9 @@ MatT<S> forward(const Model& m, const Weights<S>& w, const MatT<S>& x, Override<
     trace->inputs.assign(m.ops.size(), Mat());
     trace->attention.assign(m.ops.size(), AttentionCache());
   }
-  MatT<S> y = run_ops<S>(m, w, x, {}, 0, ov, trace, nullptr);
+  const MatT<S> context = context_rows(m, x);  // no rows without cross-attention
+  if (trace) trace->context = context.template cast<double>();
+  MatT<S> y = run_ops<S>(m, w, input_rows(m, x), context, {}, 0, ov, trace, nullptr);
   if (trace) trace->output = y.template cast<double>();
   return y;
 }
@@ -101,7 +103,8 @@ template <class S>
 MatT<S> forward_recording(const Model& m, const Weights<S>& w, const MatT<S>& x, Recording<S>& rec) {
   rec.inputs.assign(m.ops.size() + 1, MatT<S>());
   rec.products.assign(m.ops.size(), {});
-  MatT<S> y = run_ops<S>(m, w, x, {}, 0, {}, nullptr, &rec);
+  rec.context = context_rows(m, x);
+  MatT<S> y = run_ops<S>(m, w, input_rows(m, x), rec.context, {}, 0, {}, nullptr, &rec);
   rec.inputs.back() = y;
   return y;
 }
@@ -124,7 +127,7 @@ MatT<S> forward_from(const Model& m, const Weights<S>& w, const Recording<S>& re
                                                  ov.index == op.wv || ov.index == op.wg || ov.index == op.wu);
   const std::vector<MatT<S>>* pre =
       !weight_replaced && !rec.products[start].empty() ? &rec.products[start] : nullptr;
-  return run_ops<S>(m, w, rec.inputs[start], std::move(skips), start, ov, nullptr, nullptr, pre);
+  return run_ops<S>(m, w, rec.inputs[start], rec.context, std::move(skips), start, ov, nullptr, nullptr, pre);
 }
 
 #define BIASLAB_INSTANTIATE(S)                                                                 \
@@ -136,7 +139,7 @@ MatT<S> forward_from(const Model& m, const Weights<S>& w, const Recording<S>& re
                                    Override<S>);                                                \
   template MatT<S> op_forward<S>(const Model&, const Op&, const Weights<S>&, const MatT<S>&,    \
                                  Override<S>, AttentionCache*, const std::vector<MatT<S>>*,     \
-                                 std::vector<MatT<S>>*);                                        \
+                                 std::vector<MatT<S>>*, const MatT<S>*);                        \
 
 BIASLAB_INSTANTIATE(float)
 BIASLAB_INSTANTIATE(double)

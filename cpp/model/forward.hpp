@@ -8,6 +8,7 @@
 // applied to q and k after their projections.
 #pragma once
 
+#include <algorithm>
 #include <vector>
 
 #include "layers/attention.hpp"
@@ -18,10 +19,12 @@ namespace biaslab {
 
 struct Trace {
   std::vector<Mat> inputs;             // inputs[i]: input of op i, (N, op.in)
+  Mat context;                         // cross-attention's context, (B * context_tokens, F); empty: none
   std::vector<AttentionCache> attention;  // indexed by op; empty for non-attention ops
   Mat output;                          // the model's output, (N, F_out)
 };
 
+// x: (N, F), followed by the context's rows when the model has one (draw_input).
 template <class S>
 MatT<S> forward(const Model& m, const Weights<S>& w, const MatT<S>& x, Override<S> ov = {},
                 Trace* trace = nullptr);
@@ -33,6 +36,7 @@ template <class S>
 struct Recording {
   std::vector<MatT<S>> inputs;
   std::vector<std::vector<MatT<S>>> products;
+  MatT<S> context;  // the cross-attention context (empty: none)
 };
 
 template <class S>
@@ -47,10 +51,27 @@ MatT<S> forward_from(const Model& m, const Weights<S>& w, const Recording<S>& re
 
 // Single ops, exposed for the invariance probes and tests. x: (N, in).
 // `pre`: the op's products before biases, reused instead of recomputed; `products`: filled with
-// them (see Recording).
+// them (see Recording). `context`: what a cross-attention op's keys and values read.
 template <class S>
 MatT<S> op_forward(const Model& m, const Op& op, const Weights<S>& w, const MatT<S>& x,
                    Override<S> ov = {}, AttentionCache* cache = nullptr,
-                   const std::vector<MatT<S>>* pre = nullptr, std::vector<MatT<S>>* products = nullptr);
+                   const std::vector<MatT<S>>* pre = nullptr, std::vector<MatT<S>>* products = nullptr,
+                   const MatT<S>* context = nullptr);
+
+// Rows [first, first + n) of a row-major matrix, copied as one contiguous range (no Eigen
+// expression: this keeps the page's engine small).
+template <class S>
+MatT<S> row_range(const MatT<S>& x, Eigen::Index first, Eigen::Index n) {
+  MatT<S> y(n, x.cols());
+  std::copy(x.data() + first * x.cols(), x.data() + (first + n) * x.cols(), y.data());
+  return y;
+}
+// The input rows of x (N of them) and the context rows after them.
+template <class S>
+MatT<S> input_rows(const Model& m, const MatT<S>& x) { return row_range(x, 0, x.rows() - m.context_rows()); }
+template <class S>
+MatT<S> context_rows(const Model& m, const MatT<S>& x) {
+  return row_range(x, x.rows() - m.context_rows(), m.context_rows());
+}
 
 }  // namespace biaslab

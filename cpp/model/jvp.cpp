@@ -146,6 +146,13 @@ Mat jvp(const Model& m, const Trace& trace, const Seed& seed, int n, int stop, b
   return d->broadcast ? expand(d->v, N) : std::move(d->v);
 }
 
+Eigen::Index seed_rows(const Model& m, int param, Eigen::Index N) {
+  const Op& op = m.ops[static_cast<size_t>(m.params[static_cast<size_t>(param)].op)];
+  const bool context_side = op.kind == OpKind::attention && op.context > 0 &&
+                            (param == op.bk || param == op.bv || param == op.kn_shift);
+  return context_side ? m.context_rows() : N;
+}
+
 int trailing_cut(const Model& m, int start) {
   const int end = static_cast<int>(m.ops.size());
   int best = end;

@@ -24,6 +24,11 @@ namespace biaslab {
 // and *broadcast is set; the tangent then does not depend on the input at all.
 Mat jvp(const Model& m, const Trace& trace, const Seed& seed, int n, int stop, bool* broadcast = nullptr);
 
+// The rows of one direction of a per-token seed on `param` (Seed::values, not broadcast): the N
+// input rows, or the context's B * context_tokens for the key/value side of cross-attention
+// (k_proj.bias, v_proj.bias, k_norm.bias).
+Eigen::Index seed_rows(const Model& m, int param, Eigen::Index N);
+
 // Ops [cut, end) that act on a tangent entering at op `start` as one fixed linear map per token
 // (Linear, BatchNorm in eval mode, residual markers whose skip carries no tangent). Returns the
 // smallest such cut > start, or m.ops.size() when the last op is not of that kind.

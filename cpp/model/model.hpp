@@ -146,6 +146,8 @@ struct Op {
   int heads = 1;
   int kv_heads = 1;  // key/value heads; query head h reads kv head h / (heads / kv_heads)
   bool causal = false, rope = false;
+  int context = 0;  // cross-attention: keys and values read the model's context, of this many tokens
+  int keys = 0;     // the keys each query's softmax row spans: the tokens, or the context's
   int rotary_dim = 0;             // rope: the leading dimensions of each head that rotate (even)
   bool rope_interleaved = false;  // rope: pairs (2i, 2i+1) (GPT-J) instead of (i, i + r/2)
   double rope_base = 10000.0;     // rope: angle of pair i at position t is t * base^(-2i/r)
@@ -170,6 +172,10 @@ struct ModelParam {
 struct Model {
   int batch = 0, tokens = 0, in_features = 0, out_features = 0;
   int grid_h = 0, grid_w = 0;  // shape.grid, 0 when there is none
+  // The cross-attention context's tokens per sample (0: none). Its B * context_tokens rows, of
+  // width in_features, follow the N input rows in what draw_input returns and forward() takes.
+  int context_tokens = 0;
+  Eigen::Index context_rows() const { return Eigen::Index(batch) * context_tokens; }
   DType dtype = DType::float64;
   std::vector<Op> ops;
   std::vector<ModelParam> params;
@@ -182,7 +188,11 @@ Model compile(const Network& net);
 double forward_flops(const Model& m);
 
 // The input the config describes: (B*T, F) drawn from the seed; `stream` selects independent
-// inputs (0 is the experiment's own input; structural checks use 1, 2, ...).
+// inputs (0 is the experiment's own input; structural checks use 1, 2, ...). With
+// cross-attention the input's own context, (B * context_tokens, F) drawn independently, follows
+// its rows.
 Mat draw_input(const ExperimentConfig& config, int stream);
+// The tokens of the context cross-attention layers read (0: none).
+int context_tokens(const std::vector<LayerConfig>& layers);
 
 }  // namespace biaslab

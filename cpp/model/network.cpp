@@ -1,4 +1,5 @@
 // Building networks from configs, and compiling them to op lists.
+#include <algorithm>
 #include <cmath>
 
 #include "core/cold.hpp"
@@ -59,7 +60,7 @@ int layer_out_width(const LayerConfig& c, int in) {
   return k.out_width ? k.out_width(c, in) : in;
 }
 
-BIASLAB_COLD void build_layers(const std::vector<LayerConfig>& cfgs, int width, int tokens, std::uint64_t seed,
+BIASLAB_COLD void build_layers(const std::vector<LayerConfig>& cfgs, int width, const Shape& shape, std::uint64_t seed,
                   const std::string& prefix, std::vector<LayerNode>& out) {
   out.clear();
   for (size_t i = 0; i < cfgs.size(); ++i) {
@@ -67,16 +68,17 @@ BIASLAB_COLD void build_layers(const std::vector<LayerConfig>& cfgs, int width, 
     node.cfg = cfgs[i];
     node.cfg.body.clear();
     node.cfg.branches.clear();
-    node.cfg.positions = tokens;
+    node.cfg.positions = shape.tokens;
+    node.cfg.context_features = shape.features;
     node.in_width = width;
     node.out_width = layer_out_width(cfgs[i], width);
     const std::string layer = layer_name(prefix, i);
     node.params = declare_params(node.cfg, node.in_width, node.out_width, seed, layer);
     if (layer_kind(cfgs[i].type).has_body)
-      build_layers(cfgs[i].body, width, tokens, seed, body_prefix(layer), node.body);
+      build_layers(cfgs[i].body, width, shape, seed, body_prefix(layer), node.body);
     node.branches.resize(cfgs[i].branches.size());
     for (size_t b = 0; b < cfgs[i].branches.size(); ++b)
-      build_layers(cfgs[i].branches[b], width, tokens, seed, branch_prefix(layer, b), node.branches[b]);
+      build_layers(cfgs[i].branches[b], width, shape, seed, branch_prefix(layer, b), node.branches[b]);
     width = node.out_width;
     out.push_back(std::move(node));
   }
@@ -126,7 +128,7 @@ BIASLAB_COLD std::vector<Param> declare_params(const LayerConfig& c, int in, int
 BIASLAB_COLD Network build_network(const ExperimentConfig& config) {
   Network net;
   net.config = config;
-  build_layers(config.layers, config.shape.features, config.shape.tokens, config.seed, kTopLayers, net.layers);
+  build_layers(config.layers, config.shape.features, config.shape, config.seed, kTopLayers, net.layers);
   return net;
 }
 
@@ -157,6 +159,7 @@ BIASLAB_COLD Model compile(const Network& net) {
   m.out_features = net.layers.empty() ? m.in_features : net.layers.back().out_width;
   m.dtype = net.config.dtype;
   compile_layers(m, net.layers, kTopLayers);
+  for (const Op& op : m.ops) m.context_tokens = std::max(m.context_tokens, op.context);
   return m;
 }
 
@@ -166,8 +169,11 @@ double forward_flops(const Model& m) {
   for (const Op& op : m.ops) {
     if (op.kind == OpKind::linear) f += 2 * N * op.in * op.out;
     if (op.kind == OpKind::conv) f += 2 * N * op.in / op.groups * op.out * op.kernel_h * op.kernel_w;
-    if (op.kind == OpKind::attention)  // q and k, v (kv_heads / heads as wide), then scores and context
-      f += 2 * N * op.in * op.in * (1 + 2.0 * op.kv_heads / op.heads) + 2 * 2 * N * T * op.in;
+    if (op.kind == OpKind::attention) {  // q, then k and v (kv_heads / heads as wide), then scores and context
+      const double keys = op.context ? op.context : T, kv = double(op.kv_heads) * op.in / op.heads;
+      const double source = op.context ? m.in_features : op.in;  // what k and v read
+      f += 2 * N * op.in * op.in + 2 * 2 * m.batch * keys * source * kv + 2 * 2 * N * keys * op.in;
+    }
     if (op.kind == OpKind::glu) f += 2 * 2 * N * op.in * op.out + 10 * N * op.out;  // gate, up; act and product
     if (op.kind == OpKind::norm || op.kind == OpKind::activation || op.kind == OpKind::softmax)
       f += 5 * N * op.in;
@@ -175,12 +181,26 @@ double forward_flops(const Model& m) {
   return f;
 }
 
+int context_tokens(const std::vector<LayerConfig>& layers) {
+  for (const LayerConfig& l : layers) {
+    if (l.context_tokens > 0) return l.context_tokens;
+    int t = context_tokens(l.body);
+    for (const auto& b : l.branches) t = t ? t : context_tokens(b);
+    if (t) return t;
+  }
+  return 0;
+}
+
 Mat draw_input(const ExperimentConfig& config, int stream) {
   const int n = config.shape.batch * config.shape.tokens;
+  const int nc = config.shape.batch * context_tokens(config.layers);
+  Mat x(n + nc, config.shape.features);
   Rng rng(config.seed, "input." + std::to_string(stream));
-  Mat x(n, config.shape.features);
-  for (int i = 0; i < x.rows(); ++i)
+  for (int i = 0; i < n; ++i)
     for (int j = 0; j < x.cols(); ++j) x(i, j) = rng.normal();
+  Rng ctx(config.seed, "context." + std::to_string(stream));
+  for (int i = n; i < n + nc; ++i)
+    for (int j = 0; j < x.cols(); ++j) x(i, j) = ctx.normal();
   return x;
 }
 

@@ -215,6 +215,23 @@ const std::vector<Preset>& presets() {
       {"type": "gelu"},
       {"type": "linear", "out_features": 96}]},
    {"type": "layernorm", "eps": 1e-12}]})"},
+      {"whisper-decoder-block", "Whisper decoder layer (self- and cross-attention), width 96",
+       "A Whisper decoder layer as Hugging Face writes it (WhisperDecoderLayer) in Whisper-tiny's proportions (6 heads, fc1 4x as wide with the exact GELU, LayerNorm eps 1e-5, k_proj without a bias in both attentions) at width 96 instead of 384, on 8 decoder tokens and a context of 12 encoder frames instead of 1,500, then the decoder's final LayerNorm; the output projections are named o_proj here (Whisper's out_proj). Self-attention is causal; the cross-attention (encoder_attn) takes its keys and values from the context (context_tokens 12). Permuting the context's tokens changes nothing; permuting the decoder's tokens does (the causal mask). Every reader of the residual stream is a LayerNorm, so both o_proj biases and fc2's bias lose their mean, 1 of 96 each (centre_writers), and each value bias folds into its o_proj bias (fold_value_bias), with the same mean redundant. The LayerNorm before self-attention folds into q_proj, k_proj and v_proj, which gives k_proj a bias that drop_key_bias removes again; the one before encoder_attn folds into q_proj alone, since its keys and values read the context.",
+       R"({"version": 1, "seed": 53, "dtype": "float64",
+ "shape": {"batch": 2, "tokens": 8, "features": 96},
+ "layers": [
+   {"type": "residual", "body": [
+      {"type": "layernorm"},
+      {"type": "attention", "num_heads": 6, "k_bias": false, "causal": true}]},
+   {"type": "residual", "body": [
+      {"type": "layernorm"},
+      {"type": "attention", "num_heads": 6, "k_bias": false, "context_tokens": 12}]},
+   {"type": "residual", "body": [
+      {"type": "layernorm"},
+      {"type": "linear", "out_features": 384},
+      {"type": "gelu"},
+      {"type": "linear", "out_features": 96}]},
+   {"type": "layernorm"}]})"},
       {"resnet-basic-block", "ResNet basic block (conv3x3-BN-ReLU x 2, skip), 64 channels",
        "ResNet-18's first basic block as torchvision writes it: conv1 (3x3, padding 1) -> bn1 -> ReLU -> conv2 -> bn2, plus the input, then ReLU, with 64 channels as in ResNet-18's first stage on an 8 x 8 grid instead of 56 x 56, BatchNorm in training mode. torchvision builds these convolutions with bias=False; here their biases are on, to ask whether they matter. They do not: each BatchNorm (train) subtracts its channel's mean over the batch and every position, so both conv biases are redundant whole (64 of 64 each), and drop_bias_before_norm removes them. The BatchNorm shifts stay effective: a ReLU follows each (the second after the skip sum). In eval mode the same BatchNorms fuse into the convolutions instead (fuse_conv_batchnorm_eval).",
        R"({"version": 1, "seed": 41, "dtype": "float64",

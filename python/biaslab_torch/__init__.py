@@ -18,7 +18,7 @@ generated names; configure() sets those stand-ins in every module, for tests:
 from . import analysis, folds, head, layers, layers_one_token, report, weights
 
 MODULES = (head, layers, layers_one_token, folds, weights, analysis, report)
-GENERATED = ("CONFIG", "TITLE", "SEED", "DTYPE", "BATCH", "TOKENS", "FEATURES", "FOLDS", "build_model")
+GENERATED = ("CONFIG", "TITLE", "SEED", "DTYPE", "BATCH", "TOKENS", "FEATURES", "CONTEXT_TOKENS", "FOLDS", "build_model")
 
 
 def configure(**values):

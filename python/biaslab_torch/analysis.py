@@ -2,7 +2,7 @@
 structural redundant dimension of one bias (structure). Always emitted, followed by report.py.
 """
 from .head import copy, math, torch, fwAD, nn, jacobian, functional_call
-from .head import SEED, DTYPE, BATCH, TOKENS, FEATURES
+from .head import SEED, DTYPE, BATCH, TOKENS, FEATURES, CONTEXT_TOKENS
 
 # @export analysis
 
@@ -76,7 +76,8 @@ class StructuralInputs:
 
     def get(self, k):
         while len(self.inputs) <= k:
-            self.inputs.append(torch.randn(BATCH, TOKENS, FEATURES, generator=self.generator, dtype=torch.float64))
+            self.inputs.append(torch.randn(BATCH, TOKENS + CONTEXT_TOKENS, FEATURES, generator=self.generator,
+                                           dtype=torch.float64))
         return self.inputs[k]
 
 
@@ -130,7 +131,9 @@ def null_vanishes_before(model, name, relu, x, V):
     finally:
         remove()
     n = bias.numel()
-    reference = J.norm().item() * math.sqrt(x.shape[0] * x.shape[1] / n)
+    owner = model.get_submodule(name.rsplit(".", 1)[0])
+    rows = CONTEXT_TOKENS if getattr(owner, "READS_CONTEXT", False) else TOKENS  # where the bias enters
+    reference = J.norm().item() * math.sqrt(x.shape[0] * rows / n)
     return bool((J @ V).norm(dim=0).max().item() <= VANISH_RTOL * reference) if V.shape[1] else True
 
 
@@ -183,7 +186,9 @@ def structure(model, name, inputs, max_samples, subspace=None):
             active[i] = now if active[i] is None else active[i] + now
         # A table's entry at a token is the row of its position: the token's direction has F entries.
         width = bias.shape[-1] if table else n
-        direction = torch.randn(BATCH, TOKENS, width, generator=generator, dtype=torch.float64) / math.sqrt(n)
+        # k_proj, v_proj and k_norm of cross-attention have a row per context token
+        rows = CONTEXT_TOKENS if getattr(owner, "READS_CONTEXT", False) else TOKENS
+        direction = torch.randn(BATCH, rows, width, generator=generator, dtype=torch.float64) / math.sqrt(n)
         reference_sq += per_token_response(model, owner, x, direction, name.endswith("sinks")).pow(2).sum().item()
         R = torch.linalg.qr(J if R is None else torch.cat([R, J]), mode="r").R
         tau = max(STRUCTURE_RTOL * math.sqrt(reference_sq), ROUNDING_RANK * math.sqrt(output_sq))

@@ -33,6 +33,7 @@ TITLE = "A biaslab experiment"
 SEED = 0
 DTYPE = torch.float64
 BATCH, TOKENS, FEATURES = 1, 1, 1
+CONTEXT_TOKENS = 0  # cross-attention's context: every input is then (B, TOKENS + CONTEXT_TOKENS, F)
 FOLDS = []  # (rule, layer names, rewrite of a model copy, why it is expected not to be exact or None)
 
 

@@ -3,6 +3,7 @@ has not (or where activations must be transposed). The exporter emits only the s
 uses, each after the "# Layers" banner, in this order.
 """
 from .head import math, nn, torch
+from .head import TOKENS, CONTEXT_TOKENS
 
 # @export attention
 
@@ -35,12 +36,14 @@ class Attention(nn.Module):
     RMSNorm over each head's head_dim, eps 1e-6, one q_norm and one k_norm shared by the heads, as
     Qwen3), scores / sqrt(head_dim), optional causal
     mask, and optional sinks: one learned logit per head that joins each row of scores after the
-    mask and is dropped after the softmax (Hugging Face's gpt-oss eager attention)."""
+    mask and is dropped after the softmax (Hugging Face's gpt-oss eager attention). With
+    context_tokens it is cross-attention (Whisper's encoder_attn): k_proj and v_proj read the
+    context (context_size features), which Net sets in `context` before each forward."""
     READS, WRITES = ("q_proj", "k_proj", "v_proj"), "o_proj"  # for the fold helpers
 
     def __init__(self, hidden_size, num_heads, num_kv_heads=None, q_bias=True, k_bias=True, v_bias=True,
                  o_bias=True, causal=False, rope=False, rotary_dim=None, rope_style="half", rope_base=10000.0,
-                 sinks=False, qk_norm="none"):
+                 sinks=False, qk_norm="none", context_tokens=0, context_size=None):
         super().__init__()
         self.num_heads = num_heads
         self.num_kv_heads = num_kv_heads or num_heads
@@ -52,8 +55,11 @@ class Attention(nn.Module):
         self.rope_interleaved = rope_style == "interleaved"
         self.rope_base = rope_base
         self.q_proj = nn.Linear(hidden_size, hidden_size, bias=q_bias)
-        self.k_proj = nn.Linear(hidden_size, kv_size, bias=k_bias)
-        self.v_proj = nn.Linear(hidden_size, kv_size, bias=v_bias)
+        self.context_tokens = context_tokens
+        self.context = None  # (B, context_tokens, context_size): what k_proj and v_proj read
+        source = context_size if context_tokens else hidden_size
+        self.k_proj = nn.Linear(source, kv_size, bias=k_bias)
+        self.v_proj = nn.Linear(source, kv_size, bias=v_bias)
         # q_norm and k_norm before o_proj (Qwen3 registers them after it): the parameters then
         # come in the engine's order, the order its tables list them in
         if qk_norm == "none":
@@ -62,18 +68,25 @@ class Attention(nn.Module):
             norm = (lambda: nn.LayerNorm(self.head_dim, eps=1e-6)) if qk_norm == "layernorm" else \
                 (lambda: RMSNorm(self.head_dim, eps=1e-6))
             self.q_norm, self.k_norm = norm(), norm()
+        if context_tokens:
+            self.READS = ("q_proj",)  # the layer's input reaches q alone: a norm before it folds there
+            for reader in (self.k_proj, self.v_proj, self.k_norm):  # a row per context token
+                if reader is not None:
+                    reader.READS_CONTEXT = True
         self.o_proj = nn.Linear(hidden_size, hidden_size, bias=o_bias)
         self.sinks = nn.Parameter(torch.zeros(num_heads)) if sinks else None
         self.sink_offset = None  # (B, T, H) added to the sinks per query token: the analysis's reference
 
     def forward(self, x):  # x: (B, T, F)
         B, T, F = x.shape
+        y = self.context if self.context_tokens else x  # what keys and values read
+        S = y.shape[1]
         q = self.q_proj(x).view(B, T, self.num_heads, self.head_dim)
-        k = self.k_proj(x).view(B, T, self.num_kv_heads, self.head_dim)
+        k = self.k_proj(y).view(B, S, self.num_kv_heads, self.head_dim)
         if self.q_norm is not None:  # per head, over head_dim
             q, k = self.q_norm(q), self.k_norm(k)
         q, k = q.transpose(1, 2), k.transpose(1, 2)  # (B, H, T, d), (B, KV, T, d)
-        v = self.v_proj(x).view(B, T, self.num_kv_heads, self.head_dim).transpose(1, 2)
+        v = self.v_proj(y).view(B, S, self.num_kv_heads, self.head_dim).transpose(1, 2)
         if self.rope:
             r = self.rotary_dim
             cos, sin = rope_cos_sin(T, r, x.dtype, self.rope_base, self.rope_interleaved)
@@ -83,7 +96,7 @@ class Attention(nn.Module):
         group = self.num_heads // self.num_kv_heads
         k = k.repeat_interleave(group, dim=1)  # kv head j serves query heads j*group .. j*group+group-1
         v = v.repeat_interleave(group, dim=1)
-        scores = torch.matmul(q, k.transpose(2, 3)) / math.sqrt(self.head_dim)  # (B, H, T, T)
+        scores = torch.matmul(q, k.transpose(2, 3)) / math.sqrt(self.head_dim)  # (B, H, T, S)
         if self.causal:
             future = torch.ones(T, T, dtype=torch.bool).triu(1)
             scores = scores.masked_fill(future, float("-inf"))
@@ -264,6 +277,11 @@ class Net(nn.Module):
         self.layers = nn.ModuleList(layers)
 
     def forward(self, x):  # (B, T, F) -> (B, T, F_out)
+        if CONTEXT_TOKENS:  # (B, T + CONTEXT_TOKENS, F): the context follows each sample's tokens
+            x, context = x[:, :TOKENS], x[:, TOKENS:]
+            for module in self.modules():
+                if getattr(module, "context_tokens", 0):
+                    module.context = context
         for layer in self.layers:
             x = layer(x)
         return x

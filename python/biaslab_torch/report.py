@@ -4,7 +4,7 @@ main(). Always emitted last, right after analysis.py.
 from .head import argparse, copy, json, math, time, torch
 from .head import CONFIG, TITLE, SEED, FOLDS, build_model
 from .analysis import Evaluator, StructuralInputs, compare, structure
-from .weights import read_safetensors, load_experiment, draw_experiment, round_to_dtype
+from .weights import read_safetensors, load_experiment, structure_inputs, draw_experiment, round_to_dtype
 
 # @export report
 
@@ -202,7 +202,7 @@ def main(argv=None):
         tensors = read_safetensors(args.weights)
         x = load_experiment(model, tensors, args.weights)
         output = tensors.get("output")
-        given_inputs = tensors.get("structure_inputs")
+        given_inputs = structure_inputs(tensors, args.weights)
         source = "weights and input from " + args.weights
     else:
         x = draw_experiment(model, SEED)

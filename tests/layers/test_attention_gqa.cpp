@@ -1,4 +1,4 @@
-// Grouped-query and multi-query attention (attention's num_kv_heads, cpp/layers/attention.cpp):
+// Grouped-query and multi-query attention (attention's num_kv_heads, cpp/layers/attention.cpp, attention_kernel.cpp):
 // the forward against multi-head attention with repeated key/value heads, the parameter shapes,
 // the key and value biases, the parser's message and the script's argument.
 #include <string>

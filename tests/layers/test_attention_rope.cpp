@@ -1,4 +1,4 @@
-// RoPE variants of attention (cpp/layers/attention.cpp): partial rotation (rotary_dim, as
+// RoPE variants of attention (cpp/layers/attention.cpp, attention_kernel.cpp): partial rotation (rotary_dim, as
 // GPT-NeoX), interleaved pairs (rope_style, as GPT-J) and the frequency base (rope_base), against
 // rotations written out by hand, and what partial RoPE does to the key bias.
 #include <cmath>

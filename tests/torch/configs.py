@@ -41,6 +41,8 @@ def schema_targets(biaslab):
                 values = ["partial"]
             elif o["name"] == "num_kv_heads":
                 values = ["grouped", "multi-query"]
+            elif o["name"] == "context_tokens":
+                values = [0, "cross"]
             elif o["name"] == "hidden":
                 values = ["default", "narrow"]
             elif o["name"] == "out_channels":
@@ -65,7 +67,7 @@ DEFAULTS = {
     "groupnorm": {"num_groups": 4, "affine": True, "eps": 1e-5}, "instancenorm": {"affine": False, "eps": 1e-5},
     "attention": {"num_heads": 4, "q_bias": True, "k_bias": True, "v_bias": True, "o_bias": True,
                   "causal": False, "sinks": False, "rope": False, "rope_style": "half", "rope_base": 10000.0,
-                  "qk_norm": "none"},
+                  "qk_norm": "none", "context_tokens": 0},
     "gelu": {"approximate": "none"}, "relu": {}, "softmax": {}, "glu": {"activation": "silu", "bias": False},
     "conv1d": {"kernel_size": 3, "padding": "same", "bias": True},
     "conv2d": {"kernel_size": 3, "padding": "same", "bias": True},
@@ -244,7 +246,7 @@ def used_targets(layers, width, found):
         options = dict(DEFAULTS.get(kind, {}))
         options.update({k: v for k, v in layer.items()
                         if k not in ("type", "out_features", "rotary_dim", "num_kv_heads", "hidden",
-                                     "out_channels", "groups")})
+                                     "out_channels", "groups", "context_tokens")})
         if kind in ("conv1d", "conv2d"):
             out = layer.get("out_channels", width)
             groups = layer.get("groups", 1)
@@ -254,6 +256,8 @@ def used_targets(layers, width, found):
                 width = out
         if kind == "glu":
             found.add((kind, "hidden", "narrow" if "hidden" in layer else "default"))
+        if layer.get("context_tokens", 0):
+            found.add((kind, "context_tokens", "cross"))
         if "rotary_dim" in layer:
             found.add((kind, "rotary_dim", "partial"))
         if "num_kv_heads" in layer:
@@ -392,12 +396,43 @@ FIXED = [
 ]
 
 
+# Cross-attention stacks, added after the generated ones (they use options the generator draws,
+# so counting them with FIXED would change every random stack after them): a decoder block as
+# Whisper's (causal self-attention without a key bias, then cross-attention, then an MLP);
+# grouped-query cross-attention with qk_norm and sinks after a Linear that widens the stream (the
+# context keeps the experiment's width) with a ReLU after it; and one token reading one context
+# token with batch 1.
+CROSS_ATTENTION = [
+    ("cross-attention-decoder", {"version": 1, "seed": 41, "dtype": "float32", "shape": {"batch": 2, "tokens": 4, "features": 8},
+                                 "layers": [{"type": "residual", "body": [{"type": "layernorm"},
+                                                                          {"type": "attention", "num_heads": 2, "causal": True, "k_bias": False}]},
+                                            {"type": "residual", "body": [{"type": "layernorm"},
+                                                                          {"type": "attention", "num_heads": 2, "k_bias": False, "context_tokens": 6}]},
+                                            {"type": "residual", "body": [{"type": "layernorm"}, {"type": "linear", "out_features": 16},
+                                                                          {"type": "gelu"}, {"type": "linear", "out_features": 8}]},
+                                            {"type": "layernorm"}]}),
+    ("cross-attention-gqa-qknorm", {"version": 1, "seed": 42, "dtype": "float64", "shape": {"batch": 2, "tokens": 3, "features": 6},
+                                    "layers": [{"type": "linear", "out_features": 8}, {"type": "rmsnorm"},
+                                               {"type": "attention", "num_heads": 4, "num_kv_heads": 2, "qk_norm": "layernorm",
+                                                "sinks": True, "context_tokens": 5},
+                                               {"type": "relu"}, {"type": "linear", "out_features": 4},
+                                               {"type": "attention", "num_heads": 2, "num_kv_heads": 1, "qk_norm": "rmsnorm",
+                                                "context_tokens": 5}, {"type": "layernorm"}]}),
+    ("cross-attention-one-token", {"version": 1, "seed": 43, "dtype": "float64", "shape": {"batch": 1, "tokens": 1, "features": 4},
+                                   "layers": [{"type": "layernorm"}, {"type": "attention", "num_heads": 2, "context_tokens": 1},
+                                              {"type": "batchnorm"}]}),
+]
+
+
 def generated_configs(biaslab, seed=SEED):
     """[(name, config)]: the fixed stacks, then random ones until every schema target is used."""
     configs = list(FIXED)
     covered = set()
     for _, c in configs:
         used_targets(c["layers"], c["shape"]["features"], covered)
+    # context_tokens is covered by the cross-attention stacks alone (the generator never draws it).
+    for _, c in CROSS_ATTENTION:
+        covered |= {t for t in used_targets(c["layers"], c["shape"]["features"], set()) if t[1] == "context_tokens"}
     generator = Generator(seed)
     for target in schema_targets(biaslab):
         if target in covered:
@@ -432,6 +467,9 @@ def generated_configs(biaslab, seed=SEED):
     conv = Generator(seed + 2)
     for i in range(EXTRA_CONV):
         configs.append((f"random-conv-{i}", conv.conv_stack()))
+    configs += CROSS_ATTENTION
+    for _, c in CROSS_ATTENTION:
+        used_targets(c["layers"], c["shape"]["features"], covered)
     missing = [t for t in schema_targets(biaslab) if t not in covered]
     if missing:
         raise SystemExit(f"generated configs miss {missing}")

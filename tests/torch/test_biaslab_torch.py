@@ -23,7 +23,7 @@ except ImportError as e:
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "python"))
 import biaslab_torch as bt  # noqa: E402
-from biaslab_torch import analysis, folds, layers, layers_one_token, report  # noqa: E402
+from biaslab_torch import analysis, folds, layers, layers_one_token, report, weights  # noqa: E402
 
 EXACT64 = 1e-12  # float64 rewrites of the same function: differences are rounding only
 
@@ -65,6 +65,53 @@ class Layers(unittest.TestCase):
                 mask = torch.ones(5, 5, dtype=torch.bool).triu(1) if causal else None
                 d = max_diff(ours(x), ref(x, x, x, attn_mask=mask, need_weights=False)[0])
             self.assertLessEqual(d, EXACT64, f"causal={causal}: max |diff| {d:.3e}")
+
+    def test_cross_attention_matches_multihead_attention_on_the_context(self):
+        """Attention with context_tokens: nn.MultiheadAttention(query=x, key=value=context) with
+        kdim = vdim = the context's width; Net takes the context after each sample's tokens"""
+        shape(2, 3, 6)
+        bt.configure(CONTEXT_TOKENS=5)
+        try:
+            g = torch.Generator().manual_seed(7)
+            x = torch.randn(2, 3, 8, generator=g, dtype=torch.float64)
+            context = torch.randn(2, 5, 6, generator=g, dtype=torch.float64)
+            ours = randomise(layers.Attention(8, num_heads=2, context_tokens=5, context_size=6).double())
+            self.assertEqual(tuple(ours.k_proj.weight.shape), (8, 6))
+            self.assertEqual(ours.READS, ("q_proj",))
+            ref = nn.MultiheadAttention(8, 2, batch_first=True, kdim=6, vdim=6).double()
+            with torch.no_grad():
+                ref.q_proj_weight.copy_(ours.q_proj.weight)
+                ref.k_proj_weight.copy_(ours.k_proj.weight)
+                ref.v_proj_weight.copy_(ours.v_proj.weight)
+                ref.in_proj_bias.copy_(torch.cat([ours.q_proj.bias, ours.k_proj.bias, ours.v_proj.bias]))
+                ref.out_proj.weight.copy_(ours.o_proj.weight)
+                ref.out_proj.bias.copy_(ours.o_proj.bias)
+                expected = ref(x, context, context, need_weights=False)[0]
+                ours.context = context
+                d = max_diff(ours(x), expected)
+                self.assertLessEqual(d, EXACT64, f"max |diff| {d:.3e}")
+                # Net: the input (B, 3, 6) then the context (B, 5, 6) along the tokens.
+                lift = randomise(nn.Linear(6, 8).double(), seed=3)
+                net = layers.Net([lift, ours])
+                ours.context = None
+                y = torch.randn(2, 3, 6, generator=g, dtype=torch.float64)
+                dn = max_diff(net(torch.cat([y, context], dim=1)), ref(lift(y), context, context, need_weights=False)[0])
+                self.assertLessEqual(dn, EXACT64, f"through Net: max |diff| {dn:.3e}")
+        finally:
+            bt.configure(CONTEXT_TOKENS=0)
+
+    def test_draw_experiment_draws_sinks_and_a_context(self):
+        """draw_experiment: attention sinks drawn as shifts, U(-0.5, 0.5); the input carries the context"""
+        shape(2, 3, 8)
+        bt.configure(CONTEXT_TOKENS=4)
+        try:
+            model = layers.Net([layers.Attention(8, 2, sinks=True, context_tokens=4, context_size=8)]).double()
+            x = weights.draw_experiment(model, 5)
+            self.assertEqual(tuple(x.shape), (2, 3 + 4, 8))
+            sinks = model.layers[0].sinks
+            self.assertTrue(bool((sinks.abs() <= 0.5).all()) and bool((sinks != 0).all()), f"sinks {sinks.tolist()}")
+        finally:
+            bt.configure(CONTEXT_TOKENS=0)
 
     def test_grouped_query_attention_repeats_each_kv_head_to_its_group(self):
         """Attention: num_kv_heads equals multi-head attention whose k/v rows repeat per group (repeat_kv)"""

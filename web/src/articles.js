@@ -27,8 +27,8 @@ export const ARTICLES = [
     gloss: 'Some thoughts on attention biases (why transformers have no QKV bias)',
     author: null,
     claims: [
-      { id: '2.1', text: 'Attention without positional information does not care about the order of keys and values (permuting them together changes nothing), and reordering the queries reorders the output the same way. A causal mask or rotary positions break this.', presets: ['default', 'prenorm-transformer-rope', 'causal-decoder-layer', 'llama-block'] },
-      { id: '2.2', text: 'The key bias cancels inside softmax; the value bias comes out of attention as the same vector for every token, so it can move into the output bias.', presets: ['article2-all-biases', 'default', 'gpt2-block', 'bert-layer', 'qwen2-block', 'gpt-oss-block', 'pythia-block', 'vit-block'] },
+      { id: '2.1', text: 'Attention without positional information does not care about the order of keys and values (permuting them together changes nothing), and reordering the queries reorders the output the same way. A causal mask or rotary positions break this.', presets: ['default', 'prenorm-transformer-rope', 'causal-decoder-layer', 'llama-block', 'whisper-decoder-block'] },
+      { id: '2.2', text: 'The key bias cancels inside softmax; the value bias comes out of attention as the same vector for every token, so it can move into the output bias.', presets: ['article2-all-biases', 'default', 'gpt2-block', 'bert-layer', 'qwen2-block', 'gpt-oss-block', 'pythia-block', 'vit-block', 'whisper-decoder-block'] },
       { id: '2.3', text: 'A float32 check (1024 features, 32 heads, 16 tokens) changes the output only at rounding level when the key bias changes: a mean difference of about 1e-8, not zero.', presets: ['article2-key-bias'] },
     ],
   },

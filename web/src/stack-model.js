@@ -40,7 +40,7 @@ function declared_parameters(report) {
 /**
  * The config's layers as a tree of nodes with widths and the parameters the report's `layers`
  * declares; every other name the report carries (fold targets) sits in its layer too.
- * @returns {{tokens: number, grid: number[] | null, batch: number, features: number, out: number, layers: LayerNode[], params: Map<string, Param>}}
+ * @returns {{context: number, tokens: number, grid: number[] | null, batch: number, features: number, out: number, layers: LayerNode[], params: Map<string, Param>}}
  */
 export function stack_model(schema, config, report = null) {
   const params = new Map();
@@ -63,6 +63,8 @@ export function stack_model(schema, config, report = null) {
         type: String(layer?.type ?? '?'),
         help: info?.help ?? '',
         shape,
+        // cross-attention: the tokens of the context its keys and values read
+        context: Number.isInteger(layer?.context_tokens) && layer.context_tokens > 0 ? layer.context_tokens : 0,
         params: own,
         body: body_spec ? build(layer[body_spec.name], `${name}.${body_spec.name}`, shape.in) : null,
         branches: lists ? lists.map((list, b) => build(list, `${name}.${branch_spec.name}.${b}`, shape.in)) : null,
@@ -86,7 +88,8 @@ export function stack_model(schema, config, report = null) {
   }
   const last = layer_widths(Array.isArray(config?.layers) ? config.layers : [], features).at(-1);
   const grid = config?.shape?.grid;
-  return { tokens: config?.shape?.tokens ?? 0, grid: Array.isArray(grid) && grid.length === 2 ? grid : null, batch: config?.shape?.batch ?? 0, features, out: last?.out ?? features, layers, params };
+  const context = (list) => (Array.isArray(list) ? list : []).reduce((t, l) => t || l.context || (l.body && context(l.body)) || (l.branches ?? []).reduce((u, b) => u || context(b), 0), 0);
+  return { context: context(layers), tokens: config?.shape?.tokens ?? 0, grid: Array.isArray(grid) && grid.length === 2 ? grid : null, batch: config?.shape?.batch ?? 0, features, out: last?.out ?? features, layers, params };
 }
 
 function deepest_layer(layers, name) {

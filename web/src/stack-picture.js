@@ -50,7 +50,8 @@ export function render_stack(report, { schema, on_select = () => {} }) {
   };
 
   const layer = (l) => {
-    const shape = l.shape.in === l.shape.out ? shape_text(model.tokens, l.shape.in, model.grid) : `${shape_text(model.tokens, l.shape.in, model.grid)} → ${shape_text(model.tokens, l.shape.out, model.grid)}`;
+    const own = l.shape.in === l.shape.out ? shape_text(model.tokens, l.shape.in, model.grid) : `${shape_text(model.tokens, l.shape.in, model.grid)} → ${shape_text(model.tokens, l.shape.out, model.grid)}`;
+    const shape = l.context ? `${own}, keys and values from the context ${shape_text(l.context, model.features)}` : own;
     const head = h(
       'div',
       { class: 'stack-head', title: l.help },
@@ -90,7 +91,7 @@ export function render_stack(report, { schema, on_select = () => {} }) {
   const picture = h(
     'div',
     { class: 'stack-picture' },
-    h('p', { class: 'stack-io' }, `input: batch ${model.batch} × ${shape_text(model.tokens, model.features, model.grid)}`),
+    h('p', { class: 'stack-io' }, `input: batch ${model.batch} × ${shape_text(model.tokens, model.features, model.grid)}${model.context ? `; context: batch ${model.batch} × ${shape_text(model.context, model.features)} (each input draws its own)` : ''}`),
     h('ol', { class: 'stack-list', 'aria-label': 'Layers, input to output' }, model.layers.map(layer)),
     h('p', { class: 'stack-io' }, `output: ${shape_text(model.tokens, model.out, model.grid)}`),
     arrows,

@@ -31,7 +31,7 @@ const colours = (page) =>
     return { rows, chips, neutral: getComputedStyle(document.documentElement).getPropertyValue('--bg-soft').trim() };
   }));
 
-for (const preset of ['default', 'postnorm-transformer', 'norm-zoo', 'causal-decoder-layer', 'article2-all-biases', 'pythia-block', 'vit-block']) {
+for (const preset of ['default', 'postnorm-transformer', 'norm-zoo', 'causal-decoder-layer', 'article2-all-biases', 'pythia-block', 'vit-block', 'whisper-decoder-block']) {
   test(`stack: ${preset}: every bias chip has its row's verdict and colours; every other parameter is neutral`, async () => {
     const { page, problems } = await env.open();
     if (preset !== 'default') await after_analysis(page, () => page.selectOption('#preset', preset));
@@ -63,6 +63,20 @@ for (const preset of ['default', 'postnorm-transformer', 'norm-zoo', 'causal-dec
     await page.close();
   });
 }
+
+test('stack: whisper-decoder-block draws the context its cross-attention reads', async () => {
+  const { page, problems } = await env.open();
+  await after_analysis(page, () => page.selectOption('#preset', 'whisper-decoder-block'));
+  const s = page.locator('#section-stack');
+  await picture(page);
+  const shapes = await s.locator('.stack-layer').evaluateAll((ls) => Object.fromEntries(ls.map((l) => [l.dataset.layer, l.querySelector(':scope > .stack-head .stack-shape').textContent])));
+  assert.equal(shapes['layers.0.body.1'], '8 × 96', 'self-attention reads its input');
+  assert.equal(shapes['layers.1.body.1'], '8 × 96, keys and values from the context 12 × 96');
+  const io = await s.locator('.stack-io').first().textContent();
+  assert.equal(io, 'input: batch 2 × 8 × 96; context: batch 2 × 12 × 96 (each input draws its own)');
+  assert.deepEqual(problems, []);
+  await page.close();
+});
 
 test('stack: the default preset\'s shapes, residual branch and fold arrows', async () => {
   const { page } = await env.open();
