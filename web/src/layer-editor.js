@@ -94,15 +94,18 @@ function control(spec, value, path, label_text, action, edit, disabled_note = nu
     });
     return h('label', { class: 'opt', for: id, title: help }, h('span', {}, label_text), input, help_el);
   }
-  // int and number. An empty box means the default (out_features: the input width).
+  // int and number. An empty box means the default (out_features: the input width), which the
+  // placeholder names; a long name ("the head dimension") widens the box rather than being cut.
+  const placeholder = String(spec.default_note ?? (spec.default ?? ''));
   const input = h('input', {
     ...common,
+    style: placeholder.length > 8 ? { width: `calc(${placeholder.length}ch + 2.5em)` } : null,
     type: 'number',
     inputmode: spec.type === 'int' ? 'numeric' : 'decimal',
     step: spec.type === 'int' ? '1' : 'any',
     min: spec.min ?? spec.exclusive_min,
     max: spec.max,
-    placeholder: spec.default_note ?? (spec.default ?? ''),
+    placeholder,
     value: value === null || value === undefined ? '' : String(value),
   });
   input.addEventListener('input', () => {

@@ -319,6 +319,31 @@ test('editing: the RoPE options are off until rope is on, then take a value', as
   assert.deepEqual(problems, []);
 });
 
+test('editing: an empty number box shows its whole default (the head dimension, self-attention), at 375 px too', async () => {
+  for (const width of [1280, 375]) {
+    const { page, problems } = await env.open();
+    await page.setViewportSize({ width, height: 900 });
+    // The text width of each placeholder in its box's font, against the box's room for text (its
+    // content box less the spin buttons, about 1.2em).
+    const fits = await page.evaluate(() =>
+      ['rotary_dim', 'num_kv_heads', 'context_tokens'].map((o) => {
+        const input = document.querySelector(`[data-path="layers[0].body[1].${o}"]`);
+        const cs = getComputedStyle(input);
+        const ctx = document.createElement('canvas').getContext('2d');
+        ctx.font = `${cs.fontStyle} ${cs.fontWeight} ${cs.fontSize} ${cs.fontFamily}`;
+        const room = input.clientWidth - parseFloat(cs.paddingLeft) - parseFloat(cs.paddingRight) - 1.2 * parseFloat(cs.fontSize);
+        return { o, text: input.placeholder, need: Math.ceil(ctx.measureText(input.placeholder).width), room: Math.floor(room), right: input.getBoundingClientRect().right };
+      }),
+    );
+    for (const f of fits) {
+      assert.ok(f.need <= f.room, `${width} px: ${f.o}'s placeholder "${f.text}" needs ${f.need} px, its box has ${f.room}`);
+      assert.ok(f.right <= width, `${width} px: ${f.o}'s box ends at ${f.right}, past the viewport`);
+    }
+    assert.deepEqual(problems, []);
+    await page.close();
+  }
+});
+
 test('editing: a parallel block in the form: branches added, edited and removed, named as in the tables', async () => {
   const { page, problems } = await env.open();
   await after_analysis(page, () => page.selectOption('#preset', 'pythia-block'));
