@@ -1,5 +1,6 @@
 // Attention (OpKind::attention): forward and JVP of the core (projections q, k, v, optional
-// RoPE, scaled dot-product scores, softmax, causal mask); the output projection compiles to an
+// RoPE, scaled dot-product scores, softmax, causal mask; keys and values from a context in
+// cross-attention); the output projection compiles to an
 // ordinary linear op. The arithmetic is attention_kernel.cpp; the layer kind attention.cpp.
 #pragma once
 
@@ -10,8 +11,9 @@
 
 namespace biaslab {
 
-// Attention with separate query and key/value sources (the permutation probes use it):
-// xq: (B*Tq, F), xkv: (B*Tk, F); returns the context before o_proj, (B*Tq, F).
+// Attention with separate query and key/value sources (cross-attention's context, and the
+// permutation probes): xq: (B*Tq, F), xkv: (B*Tk, its width); returns the context before o_proj,
+// (B*Tq, F).
 // `pre`: the products x Wq^T, x Wk^T, x Wv^T reused instead of recomputed; `products`: filled
 // with them.
 template <class S>
@@ -33,7 +35,9 @@ void rope_rotate(Mat& z, int batch, int tokens, int heads);
 void rope_tables(int tokens, int rotary_dim, Mat& cos_t, Mat& sin_t, double base = 10000.0);
 
 // Tangent of the context (n*N, F) for n directions: dx is the input's tangent (or none), and
-// a seed on q/k/v biases enters after the projections (before RoPE, as the biases do).
+// a seed on q/k/v biases enters after the projections (before RoPE, as the biases do). With
+// op.context (cross-attention) dx reaches q alone, and k and v have the context's B * op.context
+// rows (a per-token seed on their biases too: seed_rows).
 // x: the op's input (N, F); c: the float64 forward's cache.
 Mat attention_jvp(const Model& m, const Op& op, const Mat& x, const AttentionCache& c,
                   const jvp_detail::Tangent* dx, const Seed& seed, int n);
