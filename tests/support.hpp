@@ -8,6 +8,8 @@
 
 #include <cmath>
 #include <initializer_list>
+#include <map>
+#include <set>
 #include <string>
 
 #include <doctest/doctest.h>
@@ -63,6 +65,18 @@ inline const json& probe_row(const json& report, const std::string& probe) {
   INFO("invariances: " << report.at("invariances").dump());
   FAIL("the report has no probe " << probe);
   return report;  // unreachable: FAIL throws
+}
+
+// A report's redundant dimension per bias, and the rules of its folds.
+inline std::map<std::string, int> dims(const json& r) {
+  std::map<std::string, int> d;
+  for (const json& b : r.at("biases")) d[b.at("param").get<std::string>()] = b.at("redundant_dim").get<int>();
+  return d;
+}
+inline std::multiset<std::string> rules(const json& r) {
+  std::multiset<std::string> s;
+  for (const json& f : r.at("folds")) s.insert(f.at("rule").get<std::string>());
+  return s;
 }
 
 // Compact one-line summary of a bias row, for INFO messages.

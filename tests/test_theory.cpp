@@ -395,19 +395,8 @@ TEST_CASE("theory: every preset analyses, and every bias row is consistent or ca
   }
 }
 
-namespace {
-// A report's redundant dimension per bias, and the rules of its folds.
-std::map<std::string, int> dims(const json& r) {
-  std::map<std::string, int> d;
-  for (const json& b : r.at("biases")) d[b.at("param").get<std::string>()] = b.at("redundant_dim").get<int>();
-  return d;
-}
-std::multiset<std::string> rules(const json& r) {
-  std::multiset<std::string> s;
-  for (const json& f : r.at("folds")) s.insert(f.at("rule").get<std::string>());
-  return s;
-}
-}  // namespace
+using biaslab::test::dims;
+using biaslab::test::rules;
 
 TEST_CASE("presets: gpt2-block, bert-layer and pythia-block say what their reports find") {
   // GPT-2 with ln_f: the key bias (96 of 96), and the mean of what writes into the stream.

@@ -6,6 +6,7 @@
 
 #include "core/cold.hpp"
 
+#include "layers/attention.hpp"
 #include "layers/layer.hpp"
 #include "layers/options.hpp"
 #include "model/config_values.hpp"
@@ -315,7 +316,7 @@ Failure check_context(const LayerConfig& l, int in, const std::string& path, Wal
                          " = " + std::to_string(rows) + " exceeds the limit of " +
                          std::to_string(Limits::max_tokens_total) + " tokens in total"};
   // The context itself, and its keys and values.
-  const long long kv = static_cast<long long>(l.num_kv_heads > 0 ? l.num_kv_heads : l.num_heads) * (in / l.num_heads);
+  const long long kv = static_cast<long long>(attention_kv_heads(l)) * (in / l.num_heads);
   const long long wide = std::max<long long>(w.shape.features, kv);
   if (rows * wide > Limits::max_activations)
     return Error{at, "batch * context_tokens * " + std::string(kv > w.shape.features ? "the key width" : "features") +

@@ -143,20 +143,14 @@ TEST_CASE("cross-attention: the script builds it with the context, whose width i
 
 TEST_CASE("presets: whisper-decoder-block says what its report finds") {
   const Json r = test::report_of(find_preset("whisper-decoder-block")->config, true, true);
-  std::map<std::string, int> dims;
-  for (const Json& b : r.at("biases")) dims[b.at("param")] = b.at("redundant_dim");
   const std::map<std::string, int> expected{
       {"layers.0.body.0.bias", 0}, {"layers.0.body.1.q_proj.bias", 0}, {"layers.0.body.1.v_proj.bias", 1},
       {"layers.0.body.1.o_proj.bias", 1}, {"layers.1.body.0.bias", 0}, {"layers.1.body.1.q_proj.bias", 0},
       {"layers.1.body.1.v_proj.bias", 1}, {"layers.1.body.1.o_proj.bias", 1}, {"layers.2.body.0.bias", 0},
       {"layers.2.body.1.bias", 0}, {"layers.2.body.3.bias", 1}, {"layers.3.bias", 0}};
-  CHECK(dims == expected);
-  std::multiset<std::string> rules;
-  for (const Json& f : r.at("folds")) {
-    CHECK(f.at("exact") == true);
-    rules.insert(f.at("rule").get<std::string>());
-  }
-  CHECK(rules == std::multiset<std::string>{"centre_bias_before_norm", "centre_writers", "fold_layernorm_affine",
+  CHECK(test::dims(r) == expected);
+  for (const Json& f : r.at("folds")) CHECK(f.at("exact") == true);
+  CHECK(test::rules(r) == std::multiset<std::string>{"centre_bias_before_norm", "centre_writers", "fold_layernorm_affine",
                                             "fold_layernorm_affine", "fold_layernorm_affine", "fold_value_bias",
                                             "fold_value_bias"});
   // The minimal model drops the key bias the first fold gave the self-attention, and no other.
