@@ -1,0 +1,56 @@
+// The native front ends' process tuning (cli/native_setup.hpp): the heap range it reserves is
+// really there and offered for transparent huge pages.
+#include "cli/native_setup.hpp"
+
+#include <doctest/doctest.h>
+
+#include <cstdint>
+#include <fstream>
+#include <string>
+
+#if defined(__linux__)
+#include <sys/mman.h>
+#include <unistd.h>
+#endif
+
+namespace {
+
+// The THP mode the kernel offers ("always [madvise] never" -> "madvise"); empty without THP.
+std::string thp_mode() {
+  std::ifstream f("/sys/kernel/mm/transparent_hugepage/enabled");
+  std::string line;
+  if (!std::getline(f, line)) return "";
+  const auto a = line.find('['), b = line.find(']');
+  return a == std::string::npos || b == std::string::npos ? "" : line.substr(a + 1, b - a - 1);
+}
+
+}  // namespace
+
+TEST_CASE("native setup: the heap grows by the reserve and is offered for huge pages") {
+#if defined(__linux__) && defined(__GLIBC__) && defined(MADV_HUGEPAGE)
+  const auto before = reinterpret_cast<std::uintptr_t>(sbrk(0));
+  biaslab::tune_native_allocator();
+  const auto after = reinterpret_cast<std::uintptr_t>(sbrk(0));
+  INFO("the heap's end moved by " << (after - before) / 1048576.0 << " MiB");
+  CHECK(after - before >= (std::uintptr_t(256) << 20));
+  const std::string mode = thp_mode();
+  if (mode.empty() || mode == "never") {
+    MESSAGE("transparent huge pages are off here (mode '" << mode << "'): the advice is not checked");
+    return;
+  }
+  // Some mapping of the heap carries the advice: VmFlags "hg" in /proc/self/smaps.
+  std::ifstream smaps("/proc/self/smaps");
+  std::string line;
+  bool in_heap = false, advised = false;
+  while (std::getline(smaps, line)) {
+    const bool header = !line.empty() && ((line[0] >= '0' && line[0] <= '9') || (line[0] >= 'a' && line[0] <= 'f'));
+    if (header)  // "start-end perms offset dev inode [name]"; the fields under it start upper-case
+      in_heap = line.find("[heap]") != std::string::npos;
+    else if (in_heap && line.rfind("VmFlags:", 0) == 0 && (line + " ").find(" hg ") != std::string::npos)
+      advised = true;
+  }
+  CHECK_MESSAGE(advised, "no [heap] mapping with VmFlags hg after tune_native_allocator (THP mode " << mode << ")");
+#else
+  MESSAGE("not Linux with glibc: nothing to check");
+#endif
+}
