@@ -16,6 +16,7 @@
 
 int main(int argc, char** argv) {
   biaslab::tune_native_allocator();
+  biaslab::reserve_huge_page_heap();
   int repeat = 5;
   std::string only;
   for (int i = 1; i < argc; ++i) {

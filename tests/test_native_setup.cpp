@@ -1,10 +1,11 @@
-// The native front ends' process tuning (cli/native_setup.hpp): the heap range it reserves is
-// really there and offered for transparent huge pages.
+// The native front ends' process tuning (cli/native_setup.hpp): the heap range reserved for the
+// analysing commands is really there, offered for transparent huge pages, and reserved once.
 #include "cli/native_setup.hpp"
 
 #include <doctest/doctest.h>
 
 #include <cstdint>
+#include <cstdlib>
 #include <fstream>
 #include <string>
 
@@ -26,13 +27,24 @@ std::string thp_mode() {
 
 }  // namespace
 
-TEST_CASE("native setup: the heap grows by the reserve and is offered for huge pages") {
+TEST_CASE("native setup: the analysing commands' heap reserve is offered for huge pages, once") {
 #if defined(__linux__) && defined(__GLIBC__) && defined(MADV_HUGEPAGE)
-  const auto before = reinterpret_cast<std::uintptr_t>(sbrk(0));
   biaslab::tune_native_allocator();
+  const auto before = reinterpret_cast<std::uintptr_t>(sbrk(0));
+  biaslab::reserve_huge_page_heap();
   const auto after = reinterpret_cast<std::uintptr_t>(sbrk(0));
   INFO("the heap's end moved by " << (after - before) / 1048576.0 << " MiB");
-  CHECK(after - before >= (std::uintptr_t(256) << 20));
+  CHECK(after - before >= biaslab::kHugePageHeap);
+  // Later growth is not padded by the reserve: a block just larger than it extends the heap
+  // by about the difference, not by another reserve.
+  {
+    void* volatile block = std::malloc(biaslab::kHugePageHeap + (std::size_t(16) << 20));
+    REQUIRE(block != nullptr);
+    const auto grown = reinterpret_cast<std::uintptr_t>(sbrk(0));
+    std::free(block);
+    INFO("a block 16 MiB over the reserve moved the heap's end by " << (grown - after) / 1048576.0 << " MiB");
+    CHECK(grown - after < (std::uintptr_t(64) << 20));
+  }
   const std::string mode = thp_mode();
   if (mode.empty() || mode == "never") {
     MESSAGE("transparent huge pages are off here (mode '" << mode << "'): the advice is not checked");
@@ -49,7 +61,7 @@ TEST_CASE("native setup: the heap grows by the reserve and is offered for huge p
     else if (in_heap && line.rfind("VmFlags:", 0) == 0 && (line + " ").find(" hg ") != std::string::npos)
       advised = true;
   }
-  CHECK_MESSAGE(advised, "no [heap] mapping with VmFlags hg after tune_native_allocator (THP mode " << mode << ")");
+  CHECK_MESSAGE(advised, "no [heap] mapping with VmFlags hg after reserve_huge_page_heap (THP mode " << mode << ")");
 #else
   MESSAGE("not Linux with glibc: nothing to check");
 #endif

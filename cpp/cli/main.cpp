@@ -143,7 +143,10 @@ int main(int argc, char** argv) {
   const std::string cmd = args[0];
   args.erase(args.begin());
   try {
-    if (cmd == "analyze") return cmd_analyze(args);
+    if (cmd == "analyze") {
+      biaslab::reserve_huge_page_heap();
+      return cmd_analyze(args);
+    }
     if (cmd == "export-torch") return biaslab_cli::cmd_export_torch(args);
     if (cmd == "presets") {
       for (const auto& p : biaslab::presets())

@@ -193,7 +193,8 @@ try {
     if (have_native) native.push(native_ms());
     // The page answers an experiment it has analysed before from its report cache (the last
     // 16, for undo): the preset is analysed once, and each timed run is the preset with a seed
-    // of its own, a new experiment.
+    // of its own, a new experiment. (The native run keeps the preset's seed: the same sizes and
+    // stopping rules, other random draws.)
     if (!(await page.evaluate(TIMED_EDIT, { kind: 'select', selector: '#preset', value: 'article2-key-bias' })).ok)
       throw new Error('article2-key-bias failed in the page');
     const r = await page.evaluate(TIMED_EDIT, { kind: 'type', selector: '[data-path="seed"]', value: String(1000 + i) });

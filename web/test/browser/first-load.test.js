@@ -27,7 +27,7 @@ const FIRST_LOAD = (rows) => rows.filter((r) => ['wasm', 'loader', 'js'].include
 // the engine fetched for the first config that has one (biaslab-full), and emmalloc replaced
 // dlmalloc: 314.2. Further kinds should put their arithmetic there too, not raise the guard.
 // pos_embedding and cross-attention took it to 318.8; capping wasm-opt's inlining of
-// single-caller functions at 500 bytes brought it to 316.5.
+// single-caller functions at 500 IR nodes brought it to 316.5.
 test('first load: wasm + JS at most 319 KB gzip (budget 320), the glossary texts not in it', () => {
   const rows = FIRST_LOAD(dist_sizes(DIST));
   const gzip = rows.reduce((a, r) => a + r.gzip, 0) / 1024;
