@@ -287,3 +287,57 @@ TEST_CASE("jvp: trailing_cut finds the per-token linear tail and trailing_map is
     check_map(b, "layers.0.bias", static_cast<int>(b.model.ops.size()));
   }
 }
+
+TEST_CASE("jvp: unit bias directions through activations take the one-hot path, bit for bit") {
+  // A bias followed by an elementwise activation: each unit direction's tangent keeps one
+  // nonzero per token, and the next Linear takes one scaled column of its weight per row
+  // (model/jvp.cpp, OneHot). The same directions as a per-token seed go the dense way; the two
+  // must agree exactly, since the dense product only adds exact zeros to the one nonzero term.
+  // Every other op, and the end of the stack, takes the batch in dense form.
+  auto check = [](const std::string& layers, int stop_from_end) {
+    auto b = build(net(2, 3, 5, layers));
+    const Model& m = b.model;
+    const Mat x = draw_input(b.config, 0);
+    Trace trace;
+    forward<double>(m, cast_weights<double>(m), x, {}, &trace);
+    const Eigen::Index N = x.rows();
+    const int pi = param_index(m, "layers.0.bias");
+    const int size = static_cast<int>(m.params[pi].value.size());
+    // Unit directions, a scaled one, a zero one and one with two nonzeros (which stays dense).
+    const int n = size + 3;
+    Mat dirs = Mat::Zero(n, size);
+    for (int a = 0; a < size; ++a) dirs(a, a) = 1.0;
+    dirs(size, 1) = -2.5;
+    dirs(size + 2, 0) = 0.75;
+    dirs(size + 2, size - 1) = 1.25;
+    const int stop = static_cast<int>(m.ops.size()) - stop_from_end;
+    for (const bool mixed : {false, true}) {
+      CAPTURE(mixed);
+      const Mat d = mixed ? dirs : Mat(dirs.topRows(size + 2));
+      const int k = static_cast<int>(d.rows());
+      const Seed compact{pi, d, true};
+      Seed dense{pi, Mat(Eigen::Index(k) * N, size)};
+      for (int a = 0; a < k; ++a) dense.values.middleRows(Eigen::Index(a) * N, N) = d.row(a).replicate(N, 1);
+      const Mat fast = jvp(m, trace, compact, k, stop);
+      const Mat slow = jvp(m, trace, dense, k, stop);
+      REQUIRE(fast.rows() == slow.rows());
+      REQUIRE(fast.cols() == slow.cols());
+      CHECK_LE_TOL((fast - slow).cwiseAbs().maxCoeff(), 0.0, "max |one-hot jvp - dense jvp|");
+      CHECK(slow.cwiseAbs().maxCoeff() > 0);
+    }
+  };
+  SUBCASE("linear, gelu, linear, layernorm") {
+    check(R"({"type": "linear", "out_features": 7}, {"type": "gelu"}, {"type": "linear"}, {"type": "layernorm"})", 0);
+  }
+  SUBCASE("two activations in a row, then a residual") {
+    check(R"({"type": "linear"}, {"type": "relu"}, {"type": "gelu", "approximate": "tanh"},
+             {"type": "residual", "body": [{"type": "linear"}, {"type": "silu"}]}, {"type": "linear"})", 0);
+  }
+  SUBCASE("an activation at the end, and a cut right after it") {
+    check(R"({"type": "linear", "out_features": 6}, {"type": "tanh"})", 0);
+    check(R"({"type": "linear", "out_features": 6}, {"type": "gelu"}, {"type": "linear"})", 1);
+  }
+  SUBCASE("an activation then a norm") {
+    check(R"({"type": "linear"}, {"type": "gelu"}, {"type": "rmsnorm"}, {"type": "linear"})", 0);
+  }
+}

@@ -59,6 +59,65 @@ Mat position_seed(const Seed& seed, int n, Eigen::Index N, int T, int F) {
   return out;
 }
 
+// A tangent batch whose row a*N + r has at most one nonzero entry, s(a*N + r) in column col[a]
+// (-1: the row is zero): unit bias directions through an elementwise activation, as after an
+// MLP's first Linear. A Linear then costs one scaled column of its weight per row instead of a
+// product with a (n*N, in) matrix of zeros. The values are the ones the dense form would hold,
+// computed in the same order, so the result is bit for bit the same: the dense product adds
+// only exact zeros to the one nonzero term.
+struct OneHot {
+  Eigen::VectorXd s;
+  std::vector<int> col;
+};
+
+// A broadcast batch (n, F) as one-hot rows through an activation with derivative g (N, F), if
+// every row has at most one nonzero.
+std::optional<OneHot> one_hot_activation(const Mat& v, const Mat& g) {
+  const Eigen::Index n = v.rows(), N = g.rows();
+  std::vector<int> col(static_cast<size_t>(n), -1);
+  for (Eigen::Index a = 0; a < n; ++a)
+    for (Eigen::Index j = 0; j < v.cols(); ++j)
+      if (v(a, j) != 0.0) {
+        if (col[a] >= 0) return std::nullopt;
+        col[a] = static_cast<int>(j);
+      }
+  OneHot h{Eigen::VectorXd::Zero(n * N), std::move(col)};
+  for (Eigen::Index a = 0; a < n; ++a)
+    if (const int c = h.col[a]; c >= 0)
+      for (Eigen::Index r = 0; r < N; ++r) h.s(a * N + r) = v(a, c) * g(r, c);
+  return h;
+}
+
+// One-hot rows through an activation with derivative g: the dense form's dy *= g, entry by entry.
+void one_hot_scale(OneHot& h, const Mat& g) {
+  const Eigen::Index N = g.rows();
+  for (size_t a = 0; a < h.col.size(); ++a)
+    if (const int c = h.col[a]; c >= 0)
+      for (Eigen::Index r = 0; r < N; ++r) h.s(Eigen::Index(a) * N + r) *= g(r, c);
+}
+
+// One-hot rows through a Linear with weight W (out, in): row i is s(i) * W(:, col)^T.
+Mat one_hot_linear(const OneHot& h, const Mat& W, Eigen::Index N) {
+  const Mat Wt = W.transpose();  // rows of the input features, contiguous
+  Mat out = Mat::Zero(h.s.size(), W.rows());
+  for (size_t a = 0; a < h.col.size(); ++a)
+    if (const int c = h.col[a]; c >= 0)
+      for (Eigen::Index r = 0; r < N; ++r) {
+        const Eigen::Index i = Eigen::Index(a) * N + r;
+        out.row(i) = h.s(i) * Wt.row(c);
+      }
+  return out;
+}
+
+// One-hot rows as the dense (n*N, F) batch they stand for.
+Mat one_hot_dense(const OneHot& h, Eigen::Index N, Eigen::Index F) {
+  Mat out = Mat::Zero(h.s.size(), F);
+  for (size_t a = 0; a < h.col.size(); ++a)
+    if (const int c = h.col[a]; c >= 0)
+      for (Eigen::Index r = 0; r < N; ++r) out(Eigen::Index(a) * N + r, c) = h.s(Eigen::Index(a) * N + r);
+  return out;
+}
+
 }  // namespace
 
 Mat jvp(const Model& m, const Trace& trace, const Seed& seed, int n, int stop, bool* broadcast) {
@@ -84,9 +143,33 @@ Mat jvp(const Model& m, const Trace& trace, const Seed& seed, int n, int stop, b
   auto per_token = [&]() {  // the op treats tokens differently: leave broadcast form
     if (d && d->broadcast) d = Tangent{expand(d->v, N), false};
   };
+  std::optional<OneHot> hot;  // when set, d is this batch of one-hot rows (d itself unset)
   for (int i = start; i < stop; ++i) {
     const Op& op = m.ops[i];
     const Mat& x = trace.inputs[i];
+    if (op.kind == OpKind::activation && (hot || (d && d->broadcast))) {
+      const Mat g = op.act->derivative(x);
+      if (hot) {
+        one_hot_scale(*hot, g);
+        continue;
+      }
+      if ((hot = one_hot_activation(d->v, g))) {
+        d.reset();
+        continue;
+      }
+      per_token();  // as op_jvp does, with the derivative already at hand
+      for (int a = 0; a < n; ++a) d->v.middleRows(Eigen::Index(a) * N, N).array() *= g.array();
+      continue;
+    }
+    if (hot) {  // any other op takes the batch as it is
+      d = op.kind == OpKind::linear ? Tangent{one_hot_linear(*hot, m.params[op.w].value, N), false}
+                                    : Tangent{one_hot_dense(*hot, N, op.in), false};
+      hot.reset();
+      if (op.kind == OpKind::linear) {
+        add_seed(op.b);
+        continue;
+      }
+    }
     switch (op.kind) {
       case OpKind::residual_begin:
         if (op.parallel) skips.push_back({d, d, true});
@@ -140,6 +223,7 @@ Mat jvp(const Model& m, const Trace& trace, const Seed& seed, int n, int stop, b
     }
   }
   const int width = stop < static_cast<int>(m.ops.size()) ? m.ops[stop].in : m.out_features;
+  if (hot) d = Tangent{one_hot_dense(*hot, N, width), false};
   if (broadcast) *broadcast = d && d->broadcast;
   if (broadcast && *broadcast) return d->v;
   if (!d) return Mat::Zero(Eigen::Index(n) * N, width);
