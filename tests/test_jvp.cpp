@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "model/jvp.hpp"
+#include "analysis/structure.hpp"
 #include "core/rng.hpp"
 #include "support.hpp"
 
@@ -340,4 +341,20 @@ TEST_CASE("jvp: unit bias directions through activations take the one-hot path, 
   SUBCASE("an activation then a norm") {
     check(R"({"type": "linear"}, {"type": "gelu"}, {"type": "rmsnorm"}, {"type": "linear"})", 0);
   }
+}
+
+TEST_CASE("jvp: the structure's work estimate counts the one-hot Linear as one column per token") {
+  // The limits (analysis/analyze.cpp) and the per-bias budget use this estimate: per direction
+  // and token, 10 flops per feature of an elementwise op or norm, and for the Linear after the
+  // activation 2 per output (a scaled column), not 2 * in * out. A norm in between makes the
+  // tangent dense again, and the Linear is then a full product.
+  const double N = 2 * 3;
+  auto b = build(net(2, 3, 4, R"({"type": "linear", "out_features": 10}, {"type": "gelu"}, {"type": "linear", "out_features": 6}, {"type": "layernorm"})"));
+  const Model& m = b.model;
+  const ModelParam& p = m.params[param_index(m, "layers.0.bias")];
+  CHECK(structural_flops_per_input(m, p) == doctest::Approx(10 * (10 * N * 10 + 2 * N * 6 + 10 * N * 6)));
+  auto c = build(net(2, 3, 4, R"({"type": "linear", "out_features": 10}, {"type": "gelu"}, {"type": "rmsnorm"}, {"type": "linear", "out_features": 6}, {"type": "layernorm"})"));
+  const Model& mc = c.model;
+  const ModelParam& pc = mc.params[param_index(mc, "layers.0.bias")];
+  CHECK(structural_flops_per_input(mc, pc) == doctest::Approx(10 * (10 * N * 10 + 10 * N * 10 + 2 * N * 10 * 6 + 10 * N * 6)));
 }

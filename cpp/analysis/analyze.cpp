@@ -28,8 +28,10 @@ BIASLAB_COLD std::optional<Error> check_work(const Model& m) {
   const double N = double(m.batch) * m.tokens;
   for (const ModelParam& p : m.params) {
     if (!is_bias_like(p.role)) continue;
-    double widest = 0;
-    for (size_t i = p.op; i < m.ops.size(); ++i) widest = std::max(widest, double(m.ops[i].out));
+    // The structure stacks the Jacobian at the output, or before trailing per-token linear maps
+    // that are injective, whose input is then at most as wide as the output: wider layers on
+    // the way (an MLP's hidden width) pass in chunks and are not stacked.
+    const double widest = m.out_features;
     const double entries = double(p.value.size()) * N * widest;
     if (entries > kMaxJacobianEntries) {
       char buf[320];

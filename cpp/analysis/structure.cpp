@@ -64,9 +64,21 @@ double structural_flops_per_input(const Model& m, const ModelParam& p) {
   const double N = double(m.batch) * m.tokens, B = m.batch, T = m.tokens;
   const int cut = trailing_cut(m, p.op);
   double per_direction = 0;
+  // A Linear's bias followed by activations: its unit directions stay one-hot into the next
+  // Linear, which then scales one weight column per token (model/jvp.cpp).
+  bool one_hot = m.ops[p.op].kind == OpKind::linear, activated = false;
   for (int i = p.op; i < cut; ++i) {
     const Op& op = m.ops[i];
     const double F = op.in;
+    if (i > p.op && one_hot && activated && op.kind == OpKind::linear) {
+      per_direction += 2 * N * op.out;
+      one_hot = false;
+      continue;
+    }
+    if (i > p.op) {
+      activated = activated || op.kind == OpKind::activation;
+      if (op.kind != OpKind::activation) one_hot = false;
+    }
     if (op.kind == OpKind::attention) {
       const double core = 4 * B * T * (op.context ? op.context : T) * F;
       // A q/k/v bias enters after the projections and touches one head per direction.
