@@ -289,11 +289,12 @@ TEST_CASE("jvp: trailing_cut finds the per-token linear tail and trailing_map is
   }
 }
 
-TEST_CASE("jvp: unit bias directions through activations take the one-hot path, bit for bit") {
+TEST_CASE("jvp: unit bias directions through activations take the one-hot path, with the same values") {
   // A bias followed by an elementwise activation: each unit direction's tangent keeps one
   // nonzero per token, and the next Linear takes one scaled column of its weight per row
   // (model/jvp.cpp, OneHot). The same directions as a per-token seed go the dense way; the two
-  // must agree exactly, since the dense product only adds exact zeros to the one nonzero term.
+  // must agree exactly, since the dense product only adds exact zeros to the one nonzero term
+  // (a zero may differ in sign, which the difference does not see).
   // Every other op, and the end of the stack, takes the batch in dense form.
   auto check = [](const std::string& layers, int stop_from_end) {
     auto b = build(net(2, 3, 5, layers));
@@ -357,4 +358,27 @@ TEST_CASE("jvp: the structure's work estimate counts the one-hot Linear as one c
   const Model& mc = c.model;
   const ModelParam& pc = mc.params[param_index(mc, "layers.0.bias")];
   CHECK(structural_flops_per_input(mc, pc) == doctest::Approx(10 * (10 * N * 10 + 10 * N * 10 + 2 * N * 10 * 6 + 10 * N * 6)));
+  // Directions other than the unit ones (the reference, null vectors) take the dense path.
+  CHECK(structural_flops_per_input(m, p, false) == doctest::Approx(10 * (10 * N * 10 + 2 * N * 10 * 6 + 10 * N * 6)));
+}
+
+TEST_CASE("jvp: a chunk of directions is sized by the widest op on its way, not the Jacobian's width") {
+  // An MLP 4096 wide between 45-wide layers, 512 tokens: at the hidden width one direction's
+  // tangent holds 512 * 4096 = 2 M doubles. Sized by the output width (45) or the bias (45), a
+  // chunk of 2^20 elements took 45 directions, 94 M doubles (0.75 GB) per copy of the batch.
+  auto b = build(net(1, 512, 45, R"({"type": "linear"}, {"type": "gelu"}, {"type": "linear", "out_features": 4096, "bias": false},
+      {"type": "gelu"}, {"type": "linear", "out_features": 45}, {"type": "layernorm"})"));
+  const Model& m = b.model;
+  const int end = static_cast<int>(m.ops.size());
+  const long elements = 1L << 20;
+  for (int chunk_of : {1, 45}) {
+    const int c = chunk_directions(m, 0, end, 45, 512, chunk_of, elements);
+    CAPTURE(chunk_of);
+    CHECK(c == 1);  // one direction is already 2 M doubles: never fewer than one
+  }
+  // 8 tokens: 8 * 4096 = 32 K doubles a direction at the hidden width, so 32 directions fit.
+  auto s = build(net(1, 8, 45, R"({"type": "linear"}, {"type": "gelu"}, {"type": "linear", "out_features": 4096}, {"type": "gelu"}, {"type": "linear", "out_features": 45})"));
+  CHECK(chunk_directions(s.model, 0, static_cast<int>(s.model.ops.size()), 45, 8, 45, elements) == 32);
+  // The hidden layer after the cut does not count: up to op 2 (its input), the widest is 45.
+  CHECK(chunk_directions(s.model, 0, 2, 45, 8, 45, elements) == 45);
 }

@@ -60,13 +60,14 @@ const char* stop_rule_name(StopRule r) {
   return "";
 }
 
-double structural_flops_per_input(const Model& m, const ModelParam& p) {
+double structural_flops_per_input(const Model& m, const ModelParam& p, bool unit_directions) {
   const double N = double(m.batch) * m.tokens, B = m.batch, T = m.tokens;
   const int cut = trailing_cut(m, p.op);
   double per_direction = 0;
   // A Linear's bias followed by activations: its unit directions stay one-hot into the next
-  // Linear, which then scales one weight column per token (model/jvp.cpp).
-  bool one_hot = m.ops[p.op].kind == OpKind::linear, activated = false;
+  // Linear, which then scales one weight column per token (model/jvp.cpp). Other directions
+  // (the reference, null vectors) take the dense path.
+  bool one_hot = unit_directions && m.ops[p.op].kind == OpKind::linear, activated = false;
   for (int i = p.op; i < cut; ++i) {
     const Op& op = m.ops[i];
     const double F = op.in;
@@ -93,6 +94,13 @@ double structural_flops_per_input(const Model& m, const ModelParam& p) {
     }
   }
   return double(p.value.size()) * per_direction;
+}
+
+int chunk_directions(const Model& m, int start, int stop, int n, int N, int count, long elements) {
+  long widest = std::max(n, stop < static_cast<int>(m.ops.size()) ? m.ops[stop].in : m.out_features);
+  for (int i = start; i < stop; ++i) widest = std::max<long>(widest, m.ops[i].out);
+  const long per_dir = std::max<long>(1, long(N) * widest);
+  return static_cast<int>(std::max<long>(1, std::min<long>(std::max(count, 1), elements / per_dir)));
 }
 
 namespace {
@@ -232,8 +240,7 @@ ColMat tangents(const Model& m, const Trace& tr, int param, const ColMat& dirs, 
   const int n = static_cast<int>(dirs.rows()), d = static_cast<int>(dirs.cols());
   const int N = static_cast<int>(tr.inputs[0].rows());
   const int w = cut < static_cast<int>(m.ops.size()) ? m.ops[cut].in : m.out_features;
-  const long per_dir = std::max<long>(1, long(N) * std::max(w, n));
-  const int chunk = static_cast<int>(std::max<long>(1, std::min<long>(std::max(d, 1), chunk_elements / per_dir)));
+  const int chunk = chunk_directions(m, m.params[param].op, cut, n, N, d, chunk_elements);
   ColMat out;
   bool bc_all = true;
   std::vector<std::pair<int, Mat>> parts;
@@ -302,7 +309,10 @@ Structure StructureSolver::solve(int param, const std::function<bool()>& cancell
   out.kinked = !kinks.empty();
   std::vector<std::vector<int>> active_inputs(kinks.size());  // per unit: inputs that activated it
   for (size_t i = 0; i < kinks.size(); ++i) active_inputs[i].assign(static_cast<size_t>(m_.ops[kinks[i]].in), 0);
+  // Every unit direction of one input, and the same work for other directions (per direction:
+  // / n), which do not take the one-hot path.
   const double jvp_cost = structural_flops_per_input(m_, p);
+  const double dense_cost = structural_flops_per_input(m_, p, false);
 
   UnionFind uf(n);
   std::map<int, Cluster> clusters;  // by union-find root
@@ -377,8 +387,7 @@ Structure StructureSolver::solve(int param, const std::function<bool()>& cancell
   auto unit_columns = [&](const Trace& tr, bool* all_bc, bool* stopped) {
     const int N = static_cast<int>(tr.inputs[0].rows());
     const int w = cut < static_cast<int>(m_.ops.size()) ? m_.ops[cut].in : m_.out_features;
-    const long per_dir = std::max<long>(1, long(N) * std::max(w, n));
-    const int chunk = static_cast<int>(std::max<long>(1, std::min<long>(n, opt_.chunk_elements / per_dir)));
+    const int chunk = chunk_directions(m_, start, cut, n, N, n, opt_.chunk_elements);
     for (auto& cl : cols) {
       cl.rows.clear();
       cl.vals.clear();
@@ -435,7 +444,7 @@ Structure StructureSolver::solve(int param, const std::function<bool()>& cancell
     const int N = static_cast<int>(tr.inputs[0].rows());
     const int w = cut < static_cast<int>(m_.ops.size()) ? m_.ops[cut].in : m_.out_features;
     std::vector<ColMat> Ys;  // per cluster (in map order): (rows it touches, its null dimension)
-    if (4L * d_total <= n && double(N) * w * d_total <= 8e6) {
+    if (4.0 * dense_cost * d_total <= jvp_cost * n && double(N) * w * d_total <= 8e6) {
       ColMat dirs = ColMat::Zero(n, d_total);
       std::vector<std::pair<int, int>> span;  // per cluster: first column, count
       int at = 0;
@@ -448,7 +457,7 @@ Structure StructureSolver::solve(int param, const std::function<bool()>& cancell
       }
       bool bc = false;
       const ColMat Y = tangents(m_, tr, param, dirs, cut, opt_.chunk_elements, &bc, cancelled, stopped);
-      out.flops += jvp_cost * double(d_total) / std::max(1, n);
+      out.flops += dense_cost * double(d_total) / std::max(1, n);
       if (*stopped) return false;
       // Each cluster's tangents must stay on rows no other cluster's tangents touch (else this
       // input couples clusters, and the full path merges them).
@@ -629,7 +638,7 @@ Structure StructureSolver::solve(int param, const std::function<bool()>& cancell
       }
     const int d = static_cast<int>(dirs.size());
     const int w = m_.ops[stop].in;
-    const int chunk = static_cast<int>(std::max<long>(1, std::min<long>(d, opt_.chunk_elements / std::max<long>(1, long(N) * std::max(w, n)))));
+    const int chunk = chunk_directions(m_, start, stop, n, N, d, opt_.chunk_elements);
     for (int a0 = 0; a0 < d; a0 += chunk) {
       if (cancelled && cancelled()) {
         *stopped = true;
@@ -647,7 +656,7 @@ Structure StructureSolver::solve(int param, const std::function<bool()>& cancell
         if (!(nrm <= limit)) return false;
       }
     }
-    out.flops += jvp_cost * double(d) / std::max(1, n);
+    out.flops += dense_cost * double(d) / std::max(1, n);
     return true;
   };
   bool kink_checked = false, kink_irrelevant = false;
@@ -675,7 +684,7 @@ Structure StructureSolver::solve(int param, const std::function<bool()>& cancell
       const Mat dref = jvp(m_, tr, ref, 1, cut);
       ref_sq += dref.squaredNorm();
       out_sq += (cut < static_cast<int>(m_.ops.size()) ? tr.inputs[static_cast<size_t>(cut)] : tr.output).squaredNorm();
-      out.flops += jvp_cost / std::max(1, n);
+      out.flops += dense_cost / std::max(1, n);
       for (size_t q = 0; q < kinks.size(); ++q) {
         const Mat& x = tr.inputs[static_cast<size_t>(kinks[q])];
         for (Eigen::Index f = 0; f < x.cols(); ++f)

@@ -47,7 +47,14 @@ class TracePool {
 
 // The estimated float64 work of the JVPs of one input for every direction of bias `p`: through
 // every op after the bias up to the trailing linear maps the structure skips.
-double structural_flops_per_input(const Model& m, const ModelParam& p);
+// `unit_directions`: for the bias's unit directions, which stay one-hot through an activation
+// after a Linear's bias (model/jvp.cpp); false: for any other directions.
+double structural_flops_per_input(const Model& m, const ModelParam& p, bool unit_directions = true);
+
+// Directions per JVP call (of `count`, seeded at op `start`, n entries each, N tokens, taken to
+// op `stop`): a chunk of tangents holds at most about `elements` doubles at the widest op on the
+// way (an MLP's hidden width, wider than the Jacobian it ends in), and at least one direction.
+int chunk_directions(const Model& m, int start, int stop, int n, int N, int count, long elements);
 
 struct StructureOptions {
   double tol_rel = 1e-8;  // a singular value below tol_rel * reference scale is null

@@ -63,8 +63,9 @@ Mat position_seed(const Seed& seed, int n, Eigen::Index N, int T, int F) {
 // (-1: the row is zero): unit bias directions through an elementwise activation, as after an
 // MLP's first Linear. A Linear then costs one scaled column of its weight per row instead of a
 // product with a (n*N, in) matrix of zeros. The values are the ones the dense form would hold,
-// computed in the same order, so the result is bit for bit the same: the dense product adds
-// only exact zeros to the one nonzero term.
+// computed in the same order, so the results are the same values: the dense product adds only
+// exact zeros to the one nonzero term (a zero may carry the other sign: -0 where the dense sum
+// gives +0, which no comparison sees).
 struct OneHot {
   Eigen::VectorXd s;
   std::vector<int> col;
@@ -98,14 +99,16 @@ void one_hot_scale(OneHot& h, const Mat& g) {
 
 // One-hot rows through a Linear with weight W (out, in): row i is s(i) * W(:, col)^T.
 Mat one_hot_linear(const OneHot& h, const Mat& W, Eigen::Index N) {
-  const Mat Wt = W.transpose();  // rows of the input features, contiguous
   Mat out = Mat::Zero(h.s.size(), W.rows());
+  Eigen::RowVectorXd column(W.rows());
   for (size_t a = 0; a < h.col.size(); ++a)
-    if (const int c = h.col[a]; c >= 0)
+    if (const int c = h.col[a]; c >= 0) {
+      column = W.col(c).transpose();  // contiguous, once per direction
       for (Eigen::Index r = 0; r < N; ++r) {
         const Eigen::Index i = Eigen::Index(a) * N + r;
-        out.row(i) = h.s(i) * Wt.row(c);
+        out.row(i) = h.s(i) * column;
       }
+    }
   return out;
 }
 
