@@ -480,3 +480,26 @@ TEST_CASE("presets: vit-block says what its report finds") {
   for (const char* quoted : {"8 of its 768", "centre_writers", "redundant whole", "layernorm_before"})
     CHECK(claim.find(quoted) != std::string::npos);
 }
+
+TEST_CASE("structure: a rank decision that would overrun the budget is not started, and says so") {
+  // One input of a Linear(64) bias before a LayerNorm stacks a 256 x 64 Jacobian: ranking it may
+  // take 3 * 256 * 64^2 + 12 * 64^3 = 6.3 MFLOP. Under a budget of 1 MFLOP the row is
+  // undetermined with bounds 0 and 64 at once; with the default budget it is 1 (all-ones).
+  auto b = biaslab::test::build(net(1, 4, 64, R"({"type": "linear"}, {"type": "layernorm"})"));
+  const int p = biaslab::test::param_index(b.model, "layers.0.bias");
+  TracePool pool(b.model, b.config);
+  StructureOptions tight;
+  tight.max_flops = 1e6;
+  const Structure st = StructureSolver(b.model, pool, tight).solve(p);
+  CHECK(st.stop == StopRule::budget);
+  CHECK_FALSE(st.determined);
+  CHECK(st.redundant_dim_min == 0);
+  CHECK(st.redundant_dim_max == 64);
+  CHECK(st.samples == 1);
+  CHECK(st.stop_note.find("ranking the Jacobian stacked over 1 input would take up to") != std::string::npos);
+  CAPTURE(st.flops);
+  CHECK(st.flops <= tight.max_flops);
+  const Structure full = StructureSolver(b.model, pool).solve(p);
+  CHECK(full.determined);
+  CHECK(full.redundant_dim == 1);
+}

@@ -346,8 +346,18 @@ Structure StructureSolver::solve(int param, const std::function<bool()>& cancell
   // is itself rounding, e.g. keys of identical tokens, must not turn rounding into rank).
   auto threshold = [&]() { return std::max(opt_.tol_rel * std::sqrt(ref_sq), kRoundingRank * std::sqrt(out_sq)); };
   // The rank of every cluster from its rows (factoring them), with tau for all inputs so far.
+  // Returns -1, deciding nothing, when its factorisations could overrun the budget: a first
+  // input can be large enough to spend it many times over on its own. (The bound is the worst
+  // case: each cluster's Gram matrix, then its QR and SVD.)
+  double decision_flops = 0;
   auto decide = [&]() {
     tau = threshold();
+    decision_flops = 0;
+    for (const auto& [root, cl] : clusters) {
+      const double r = double(cl.R.rows()), c = double(cl.R.cols());
+      decision_flops += 3.0 * r * c * c + 12.0 * c * c * c;
+    }
+    if (out.flops + decision_flops > opt_.max_flops) return -1;
     bool all_full = true;
     for (auto& [root, cl] : clusters) {  // full rank everywhere is settled by Gram matrices alone
       cl.sv = gram_singular_values(cl.R, tau);
@@ -608,7 +618,11 @@ Structure StructureSolver::solve(int param, const std::function<bool()>& cancell
       // Stacks that grow tall over the inputs of one step are compressed as they grow (a
       // triangular factor with the same Gram matrix); otherwise the rank decision factors them,
       // or settles full rank from the Gram matrix without a QR.
-      if (M.rows() > 4 * ncol && double(M.size()) > 4e6) compress(M, &out.flops);
+      if (M.rows() > 4 * ncol && double(M.size()) > 4e6) {
+        const double qr = 2.0 * double(M.rows()) * double(ncol) * double(ncol);
+        if (out.flops + qr <= opt_.max_flops) compress(M, &out.flops);
+        // else left tall: the rank decision sees it is over the budget
+      }
       Cluster cl;
       cl.cols = gcols;
       cl.R = std::move(M);
@@ -659,7 +673,7 @@ Structure StructureSolver::solve(int param, const std::function<bool()>& cancell
     out.flops += dense_cost * double(d) / std::max(1, n);
     return true;
   };
-  bool kink_checked = false, kink_irrelevant = false;
+  bool kink_checked = false, kink_irrelevant = false, over_budget_decision = false;
 
   for (;;) {
     // Plan the step: as many inputs as the rule or the rate of gain asks for, within budget.
@@ -718,8 +732,19 @@ Structure StructureSolver::solve(int param, const std::function<bool()>& cancell
       break;
     }
     const int before_rank = rank;
-    if (full_path) rank = decide();
-    else tau = threshold();
+    if (full_path) {
+      const int r = decide();
+      if (r < 0) {  // ranking this step's stack would overrun the budget: rank stays a lower bound
+        out.rank_history.push_back(rank);
+        out.inputs_history.push_back(inputs);
+        out.stop = StopRule::budget;
+        over_budget_decision = true;
+        break;
+      }
+      rank = r;
+    } else {
+      tau = threshold();
+    }
     out.rank_history.push_back(rank);
     out.inputs_history.push_back(inputs);
     const bool gained = rank > before_rank;
@@ -791,10 +816,16 @@ Structure StructureSolver::solve(int param, const std::function<bool()>& cancell
     out.redundant_dim_max = n - rank;
     out.redundant_dim = n - rank;
     char buf[320];
-    std::snprintf(buf, sizeof buf,
-                  "a budget ran out before a stopping rule held (%d inputs stacked, at most %d; %.3g GFLOP spent, "
-                  "budget %.3g GFLOP a bias): the rank found, %d of %d, is a lower bound that more inputs could raise",
-                  inputs, opt_.max_samples, out.flops / 1e9, opt_.max_flops / 1e9, rank, n);
+    if (over_budget_decision)
+      std::snprintf(buf, sizeof buf,
+                    "ranking the Jacobian stacked over %d input%s would take up to %.3g GFLOP more (%.3g spent), over the "
+                    "budget of %.3g GFLOP a bias: the rank found, %d of %d, is a lower bound",
+                    inputs, inputs == 1 ? "" : "s", decision_flops / 1e9, out.flops / 1e9, opt_.max_flops / 1e9, rank, n);
+    else
+      std::snprintf(buf, sizeof buf,
+                    "a budget ran out before a stopping rule held (%d inputs stacked, at most %d; %.3g GFLOP spent, "
+                    "budget %.3g GFLOP a bias): the rank found, %d of %d, is a lower bound that more inputs could raise",
+                    inputs, opt_.max_samples, out.flops / 1e9, opt_.max_flops / 1e9, rank, n);
     out.stop_note = buf;
     return out;
   }
