@@ -15,6 +15,7 @@
 #include <doctest/doctest.h>
 
 #include "analysis/analyze.hpp"
+#include "analysis/structure.hpp"
 #include "model/config.hpp"
 #include "model/forward.hpp"
 #include "core/json.hpp"
@@ -103,6 +104,22 @@ inline Built build(const std::string& text) {
   b.model = compile(b.net);
   return b;
 }
+
+// Two structure solvers on one model, each with its own inputs: token rows forced on every bias
+// they apply to (no minimum work), and never (every row). solve(p) gives both answers.
+struct RowSolvers {
+  static StructureOptions options(double min_flops) {
+    StructureOptions o;
+    o.row_subset_min_flops = min_flops;
+    return o;
+  }
+  explicit RowSolvers(const Built& b)
+      : pool_rows(b.model, b.config), pool_every(b.model, b.config), rows(b.model, pool_rows, options(0)),
+        every(b.model, pool_every, options(INFINITY)) {}
+  std::pair<Structure, Structure> solve(int p) { return {rows.solve(p), every.solve(p)}; }
+  TracePool pool_rows, pool_every;
+  StructureSolver rows, every;
+};
 
 // Index of a model parameter by its dotted name; fails the test when it does not exist.
 inline int param_index(const Model& m, const std::string& name) {

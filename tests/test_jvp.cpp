@@ -362,6 +362,27 @@ TEST_CASE("jvp: the structure's work estimate counts the one-hot Linear as one c
   CHECK(structural_flops_per_input(m, p, false) == doctest::Approx(10 * (10 * N * 10 + 2 * N * 10 * 6 + 10 * N * 6)));
 }
 
+TEST_CASE("jvp: with token rows the estimate and the stacked rows count the rows' tokens after the rows' op") {
+  // GPT-2's MLP at 768 wide, 2 x 16 tokens: the first bias's 3072 directions need 1.5 x 3072 /
+  // 768 = 6 rows of tokens, 3 a sample (at most half the tokens: taken). Every op after the bias
+  // acts per token, so the rows start at the bias's own op: the Jacobian stacks 6 rows, not 32,
+  // and the GELU, the one-hot Linear and the LayerNorm cost 6 tokens' work.
+  auto b = build(net(2, 16, 768, R"({"type": "linear", "out_features": 3072}, {"type": "gelu"}, {"type": "linear", "out_features": 768}, {"type": "layernorm"})"));
+  const Model& m = b.model;
+  const int pi = param_index(m, "layers.0.bias");
+  const RowPlan plan = plan_rows(m, pi, static_cast<int>(m.ops.size()), kRowSubsetMinFlops);
+  CHECK(plan.at == m.params[pi].op);
+  CHECK(plan.per_sample == 3);
+  CHECK(stacked_rows(m, pi) == 6);
+  const double rows = 6;
+  CHECK(structural_flops_per_input(m, m.params[pi]) == doctest::Approx(3072.0 * (10 * rows * 3072 + 2 * rows * 768 + 10 * rows * 768)));
+  CHECK(structural_flops_per_input(m, m.params[pi], true, INFINITY) == doctest::Approx(3072.0 * (10.0 * 32 * 3072 + 2.0 * 32 * 768 + 10.0 * 32 * 768)));
+  // One token a sample: no rows to leave out, every row is stacked.
+  auto one = build(net(32, 1, 768, R"({"type": "linear", "out_features": 3072}, {"type": "gelu"}, {"type": "linear", "out_features": 768}, {"type": "layernorm"})"));
+  CHECK(plan_rows(one.model, pi, static_cast<int>(one.model.ops.size()), kRowSubsetMinFlops).at == -1);
+  CHECK(stacked_rows(one.model, pi) == 32);
+}
+
 TEST_CASE("jvp: a chunk of directions is sized by the widest op on its way, not the Jacobian's width") {
   // An MLP 4096 wide between 45-wide layers, 512 tokens: at the hidden width one direction's
   // tangent holds 512 * 4096 = 2 M doubles. Sized by the output width (45) or the bias (45), a
@@ -381,4 +402,79 @@ TEST_CASE("jvp: a chunk of directions is sized by the widest op on its way, not 
   CHECK(chunk_directions(s.model, 0, static_cast<int>(s.model.ops.size()), 45, 8, 45, elements) == 32);
   // The hidden layer after the cut does not count: up to op 2 (its input), the widest is 45.
   CHECK(chunk_directions(s.model, 0, 2, 45, 8, 45, elements) == 45);
+}
+
+TEST_CASE("jvp: token rows give those rows of every tangent, and the tail bound holds on every token") {
+  // plan_rows picks the op after the last one that mixes tokens; from there jvp() may carry only
+  // some tokens' rows. Those rows must be the full tangent's rows (the same ops on fewer rows,
+  // to rounding of a product with fewer rows). And tail_bounds must bound every token's stretch
+  // through the ops after the rows' op: for random directions, |tangent of t at the output| <=
+  // L(t) |tangent of t where the bound starts|. The norms' gains are scaled away from 1 first,
+  // so a bound that left a gain out would fail.
+  const char* stacks[] = {
+      // GPT-2-like, pre-norm, final LayerNorm
+      R"({"type": "residual", "body": [{"type": "layernorm"}, {"type": "attention", "num_heads": 2, "causal": true}]},
+         {"type": "residual", "body": [{"type": "layernorm"}, {"type": "linear", "out_features": 20}, {"type": "gelu", "approximate": "tanh"}, {"type": "linear", "out_features": 8}]},
+         {"type": "layernorm"})",
+      // Llama-like: RMSNorm, RoPE and grouped keys, SwiGLU with biases
+      R"({"type": "residual", "body": [{"type": "rmsnorm"}, {"type": "attention", "num_heads": 4, "num_kv_heads": 2, "causal": true, "rope": true}]},
+         {"type": "residual", "body": [{"type": "rmsnorm"}, {"type": "glu", "hidden": 12, "bias": true}, {"type": "linear"}]},
+         {"type": "rmsnorm"})",
+      // post-norm with ReLU, softmax and BatchNorm (eval) after the attention, and a parallel block in the tail
+      R"({"type": "linear"}, {"type": "residual", "body": [{"type": "attention", "num_heads": 2}]}, {"type": "layernorm"},
+         {"type": "parallel", "branches": [[{"type": "linear"}, {"type": "relu"}], [{"type": "batchnorm", "mode": "eval"}, {"type": "tanh"}]]},
+         {"type": "softmax"}, {"type": "linear", "out_features": 5}, {"type": "silu"})"};
+  int planned = 0;
+  for (const char* layers : stacks) {
+    CAPTURE(layers);
+    auto b = build(net(2, 8, 8, layers));
+    Model& m = b.model;
+    Rng grng(3, "gains");
+    for (ModelParam& p : m.params)
+      if (p.role == ParamRole::gain)
+        for (Eigen::Index i = 0; i < p.value.size(); ++i) p.value(i) = 0.5 + 2.5 * grng.uniform();
+    const Mat x = draw_input(b.config, 0);
+    Trace trace;
+    forward<double>(m, cast_weights<double>(m), x, {}, &trace);
+    const Eigen::Index N = x.rows();
+    const int end = static_cast<int>(m.ops.size());
+    for (size_t pi = 0; pi < m.params.size(); ++pi) {
+      const ModelParam& p = m.params[pi];
+      if (!is_bias_like(p.role)) continue;
+      CAPTURE(p.name);
+      const RowPlan plan = plan_rows(m, static_cast<int>(pi), end, 0.0);
+      if (plan.at < 0) continue;
+      ++planned;
+      const int size = static_cast<int>(p.value.size()), n = 3;
+      Rng rng(11, p.name);
+      Mat dirs(n, size);
+      for (Eigen::Index i = 0; i < dirs.size(); ++i) dirs(i) = rng.normal();
+      const Seed seed{static_cast<int>(pi), dirs, true};
+      const Mat full = jvp(m, trace, seed, n, end);
+      std::vector<Eigen::Index> rows;
+      for (int s = 0; s < m.batch; ++s)
+        for (int t = m.tokens - plan.per_sample; t < m.tokens; ++t) rows.push_back(Eigen::Index(s) * m.tokens + t);
+      const TokenRows sub = take_rows(trace, plan.at, end, rows);
+      const Mat part = jvp(m, trace, seed, n, end, nullptr, &sub);
+      const Eigen::Index k = static_cast<Eigen::Index>(rows.size());
+      REQUIRE(part.rows() == n * k);
+      double err = 0;
+      for (int a = 0; a < n; ++a)
+        for (Eigen::Index j = 0; j < k; ++j)
+          err = std::max(err, (part.row(a * k + j) - full.row(a * N + rows[static_cast<size_t>(j)])).cwiseAbs().maxCoeff());
+      CHECK_LE_TOL(err, 1e-12 * std::max(1.0, full.cwiseAbs().maxCoeff()), "max |jvp on token rows - those rows of jvp|");
+      // The bound, from where the seed has entered (after its op when the rows start there).
+      const int from = plan.at == p.op ? p.op + 1 : plan.at;
+      const Mat mid = jvp(m, trace, seed, n, from);
+      const Vec L = tail_bounds(m, trace, from, end);
+      double worst = 0;  // the largest |output tangent| / (L |tangent at from|) over tokens and directions
+      for (int a = 0; a < n; ++a)
+        for (Eigen::Index r = 0; r < N; ++r) {
+          const double in = mid.row(a * N + r).norm(), out = full.row(a * N + r).norm();
+          if (out > 0) worst = std::max(worst, out / (L(r) * in));
+        }
+      CHECK_LE_TOL(worst, 1.0, "max |tangent at the output| / (bound x |tangent at the rows' op|)");
+    }
+  }
+  CHECK(planned >= 8);
 }

@@ -8,6 +8,7 @@
 #include <string>
 #include <vector>
 
+#include "analysis/structure.hpp"
 #include "support.hpp"
 
 using namespace biaslab;
@@ -275,4 +276,45 @@ TEST_CASE("random stacks: convolutional stacks on image grids pass the same chec
     ++analysed;
   }
   MESSAGE("analysed " << analysed << " convolutional stacks");
+}
+
+TEST_CASE("random stacks: token rows give every bias the answer every row gives") {
+  // Token rows (analysis/structure.hpp) apply only where their work saving is large, which the
+  // small stacks above never reach; here they are forced (no minimum work) on random stacks of
+  // 4 to 8 tokens, and each bias they apply to must get the answer every row gives: the same
+  // determination, redundant dimension and bounds.
+  std::mt19937 g(20261126 + 11);
+  int compared = 0, with_null = 0;
+  for (int iter = 0; iter < 80; ++iter) {
+    const int batch = 1 + static_cast<int>(g() % 2), tokens = 4 + static_cast<int>(g() % 5);
+    int w = 2 + static_cast<int>(g() % 7);
+    const json shape = {{"batch", batch}, {"tokens", tokens}, {"features", w}};
+    json layers = json::array();
+    const int n = 2 + static_cast<int>(g() % 4);
+    for (int i = 0; i < n; ++i) layers.push_back(random_layer(g, w, 0));
+    const json cfg = {{"version", 1}, {"seed", iter}, {"dtype", "float64"}, {"shape", shape}, {"layers", layers}};
+    const std::string text = cfg.dump();
+    if (!parse_config_text(text)) continue;
+    CAPTURE(text);
+    auto b = biaslab::test::build(text);
+    biaslab::test::RowSolvers solvers(b);
+    for (size_t pi = 0; pi < b.model.params.size(); ++pi) {
+      const ModelParam& p = b.model.params[pi];
+      if (!is_bias_like(p.role)) continue;
+      if (plan_rows(b.model, static_cast<int>(pi), static_cast<int>(b.model.ops.size()), 0.0).at < 0) continue;
+      CAPTURE(p.name);
+      const auto [a, e] = solvers.solve(static_cast<int>(pi));
+      CAPTURE(a.stop_note);
+      CAPTURE(e.stop_note);
+      CHECK(a.determined == e.determined);
+      CHECK(a.redundant_dim == e.redundant_dim);
+      CHECK(a.redundant_dim_min == e.redundant_dim_min);
+      CHECK(a.redundant_dim_max == e.redundant_dim_max);
+      ++compared;
+      with_null += a.rows_per_sample > 0 && a.redundant_dim > 0;
+    }
+  }
+  MESSAGE("compared " << compared << " biases on token rows, " << with_null << " with a null space checked on every row");
+  CHECK(compared >= 40);
+  CHECK(with_null >= 5);
 }

@@ -5,6 +5,8 @@
 // only; the expected answers are the theory's (theory.md), not the engine's output.
 #include <string>
 
+#include "analysis/structure.hpp"
+#include "model/jvp.hpp"
 #include "support.hpp"
 
 namespace biaslab::test {
@@ -222,6 +224,86 @@ TEST_CASE("structure: where a ReLU decided the stop, null directions that a fini
     CHECK(b.at("structure").at("stop_rule") == "no_gain_kinked");
     CHECK(b.at("undetermined_reason").get<std::string>().rfind("a finite move along the 1 null direction", 0) == 0);
   }
+}
+
+
+// Token rows (analysis/structure.hpp, plan_rows): after the last op that mixes tokens, the rank
+// is first taken from the last tokens of each sample, a lower bound, and the null space found
+// there is checked on every row. On stacks where the rows apply, forcing them (no minimum work)
+// must give every bias the answer that every row gives.
+TEST_CASE("structure: token rows give every bias the answer every row gives") {
+  const char* stacks[] = {
+      R"({"type":"residual","body":[{"type":"layernorm"},{"type":"attention","num_heads":2,"causal":true}]},
+         {"type":"residual","body":[{"type":"layernorm"},{"type":"linear","out_features":32},{"type":"gelu","approximate":"tanh"},{"type":"linear","out_features":8}]},
+         {"type":"layernorm"})",
+      R"({"type":"residual","body":[{"type":"rmsnorm"},{"type":"attention","num_heads":4,"num_kv_heads":2,"causal":true,"rope":true}]},
+         {"type":"residual","body":[{"type":"rmsnorm"},{"type":"glu","hidden":16,"bias":true},{"type":"linear"}]})",
+      R"({"type":"residual","body":[{"type":"attention","num_heads":2}]},{"type":"layernorm"},
+         {"type":"residual","body":[{"type":"linear","out_features":16},{"type":"relu"},{"type":"linear","out_features":8}]},
+         {"type":"layernorm"})",
+      R"({"type":"linear"},{"type":"residual","body":[{"type":"attention","num_heads":2,"causal":true}]},
+         {"type":"parallel","branches":[[{"type":"layernorm"},{"type":"linear"}],[{"type":"rmsnorm"},{"type":"tanh"}]]},
+         {"type":"softmax"})"};
+  int rows_used = 0, checked_null = 0;
+  for (const char* layers : stacks)
+    for (int seed = 1; seed <= 2; ++seed) {
+      const std::string cfg = stack(seed, shape(2, 8, 8), layers);
+      INFO(cfg);
+      auto b = build(cfg);
+      RowSolvers solvers(b);
+      for (size_t pi = 0; pi < b.model.params.size(); ++pi) {
+        if (!is_bias_like(b.model.params[pi].role)) continue;
+        CAPTURE(b.model.params[pi].name);
+        const auto [a, e] = solvers.solve(static_cast<int>(pi));
+        CAPTURE(a.stop_note);
+        CHECK(e.rows_per_sample == 0);
+        CHECK(a.determined == e.determined);
+        CHECK(a.redundant_dim == e.redundant_dim);
+        rows_used += a.rows_per_sample > 0;
+        checked_null += a.rows_per_sample > 0 && a.redundant_dim > 0;
+        if (a.rows_per_sample > 0 && a.redundant_dim > 0) {
+          // The null space found from the rows is null on every row: J V over every token.
+          const Trace& tr = solvers.pool_every.get(0);
+          const Mat t = jvp(b.model, tr, Seed{static_cast<int>(pi), Mat(a.null_basis.transpose()), true},
+                            a.redundant_dim, a.cut);
+          CHECK_LE_TOL(t.norm(), 1e-8 * e.reference, "|J V| on every token of input 0, V from the token rows");
+        }
+      }
+    }
+  CHECK(rows_used >= 12);
+  CHECK(checked_null >= 4);
+}
+
+// A null space that the last tokens have and the first does not: a causal convolution of kernel
+// 2 whose two taps cancel (W_0 = -W_1) gives every token but the first the tangent
+// (W_0 + W_1) b = 0 of a bias b before it. The last tokens' rows say all of b is redundant; the
+// check on every row must see token 0 and rank every row again: none of it is.
+TEST_CASE("structure: a null space the token rows have and every row does not is caught") {
+  const std::string cfg = stack(4, shape(1, 8, 4), R"({"type":"linear"},{"type":"conv1d","kernel_size":2,"padding":"causal"},{"type":"gelu"},{"type":"linear"})");
+  auto b = build(cfg);
+  const int p = param_index(b.model, "layers.0.bias");
+  Mat& w = b.model.params[static_cast<size_t>(param_index(b.model, "layers.1.weight"))].value;
+  for (Eigen::Index o = 0; o < w.rows(); ++o)
+    for (Eigen::Index i = 0; i < 4; ++i) w(o, i * 2) = -w(o, i * 2 + 1);
+  TracePool pool(b.model, b.config);
+  StructureOptions rows;
+  rows.row_subset_min_flops = 0;
+  REQUIRE(plan_rows(b.model, p, static_cast<int>(b.model.ops.size()), 0.0).at >= 0);
+  const Structure st = StructureSolver(b.model, pool, rows).solve(p);
+  CAPTURE(st.stop_note);
+  CHECK(st.determined);
+  CHECK(st.redundant_dim == 0);
+  CHECK(st.rows_per_sample == 0);  // ranked again from every row
+  // Over the limit on every row, the rows' answer is not given: only the bounds.
+  StructureOptions small = rows;
+  small.max_jacobian_entries = 16;
+  TracePool pool2(b.model, b.config);
+  const Structure capped = StructureSolver(b.model, pool2, small).solve(p);
+  CAPTURE(capped.stop_note);
+  CHECK_FALSE(capped.determined);
+  CHECK(capped.redundant_dim_min == 0);
+  CHECK(capped.redundant_dim_max == 4);
+  CHECK(std::string(capped.rows_check) == "failed");
 }
 
 }  // namespace biaslab::test

@@ -148,11 +148,11 @@ Sweep analyse_sweep(Context& c);
 // The structural analysis holds one Jacobian per input: size x (batch*tokens) x width entries
 // at most (fewer when it is sparse). analyze() refuses up front what would not fit, naming the
 // layer.
-constexpr double kMaxJacobianEntries = 64.0 * 1024 * 1024;
+constexpr double kMaxJacobianEntries = StructureOptions{}.max_jacobian_entries;
 // Estimated floating-point work of the structural analysis, over a typical 3 inputs per bias
 // (refused up front above this); a bias whose rank needs more inputs has a budget of its own
 // at run time (StructureOptions::max_flops) and says so in its row when it runs out.
-constexpr double kMaxStructuralFlops = 2e11;  // about 40 s natively, 2 min in wasm
+constexpr double kMaxStructuralFlops = 4e11;  // about 40 s natively, 2 min in wasm
 double structural_flops(const Model& m, const ModelParam& p);
 
 // Everything the analyses found; the parts the options turned off are empty.

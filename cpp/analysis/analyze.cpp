@@ -25,21 +25,23 @@ namespace {
 using namespace analysis;
 
 BIASLAB_COLD std::optional<Error> check_work(const Model& m) {
-  const double N = double(m.batch) * m.tokens;
   for (const ModelParam& p : m.params) {
     if (!is_bias_like(p.role)) continue;
     // The structure stacks the Jacobian at the output, or before trailing per-token linear maps
     // that are injective, whose input is then at most as wide as the output: wider layers on
     // the way (an MLP's hidden width) pass in chunks and are not stacked.
     const double width = m.out_features;
-    const double entries = double(p.value.size()) * N * width;
+    // Token rows (plan_rows): only some tokens' rows are stacked, unless their check fails (then
+    // the structure ranks every row only if that fits this limit).
+    const double rows = stacked_rows(m, static_cast<int>(&p - m.params.data()));
+    const double entries = double(p.value.size()) * rows * width;
     if (entries > kMaxJacobianEntries) {
       char buf[320];
       std::snprintf(buf, sizeof buf,
                     "the structural analysis of %s needs a Jacobian of up to %.0f M entries per input "
                     "(%ld directions x %.0f tokens x width %.0f); the limit is %.0f M: reduce batch x tokens "
                     "or the width",
-                    p.name.c_str(), entries / 1048576.0, static_cast<long>(p.value.size()), N, width,
+                    p.name.c_str(), entries / 1048576.0, static_cast<long>(p.value.size()), rows, width,
                     kMaxJacobianEntries / 1048576.0);
       return Error{json_path(m.ops[p.op].layer), buf};
     }

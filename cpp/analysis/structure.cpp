@@ -5,6 +5,7 @@
 #include <cmath>
 #include <map>
 #include <numeric>
+#include <stdexcept>
 
 #include <Eigen/Eigenvalues>
 #include <Eigen/SVD>
@@ -60,17 +61,70 @@ const char* stop_rule_name(StopRule r) {
   return "";
 }
 
-double structural_flops_per_input(const Model& m, const ModelParam& p, bool unit_directions) {
-  const double N = double(m.batch) * m.tokens, B = m.batch, T = m.tokens;
+RowPlan plan_rows(const Model& m, int param, int cut, double min_flops) {
+  RowPlan plan;
+  const int start = m.params[param].op;
+  if (m.ops[start].kind == OpKind::position) return plan;  // its seed differs per token
+  int at = start;
+  for (int i = start; i < cut; ++i)
+    if (!acts_per_token(m.ops[i])) at = i + 1;
+  // Not inside a block whose skip could carry a tangent past `at` (one opened after the seed), nor
+  // inside a parallel block (its branches' running sum): the tangent at `at` is then the only
+  // one the rows and the check (tail_bounds) need.
+  for (bool moved = true; moved && at < cut;) {
+    moved = false;
+    for (int b = 0; b < at; ++b) {
+      const Op& op = m.ops[b];
+      if (op.kind == OpKind::residual_begin && op.partner >= at && (op.parallel || b >= start)) {
+        at = op.partner + 1;
+        moved = true;
+        break;
+      }
+    }
+  }
+  if (at >= cut) return plan;
+  const int B = m.batch, T = m.tokens;
+  const long n = static_cast<long>(m.params[param].value.size());
+  const long w = cut < static_cast<int>(m.ops.size()) ? m.ops[cut].in : m.out_features;
+  const long rows = std::max<long>(2, (3 * n + 2 * w - 1) / (2 * w));  // ceil(1.5 n / w) tokens
+  const int k = static_cast<int>((rows + B - 1) / B);
+  if (2 * k > T) return plan;
+  double per_token = 0;  // the per-token ops' work for one direction on one token
+  for (int i = at; i < cut; ++i) {
+    const Op& op = m.ops[i];
+    if (op.kind == OpKind::linear) per_token += 2.0 * op.in * op.out;
+    else if (op.kind == OpKind::glu) per_token += 4.0 * op.in * op.out + 10.0 * op.out;
+    else per_token += 10.0 * op.in;
+  }
+  if (!(double(n) * B * T * per_token >= min_flops)) return plan;
+  plan.at = at;
+  plan.per_sample = k;
+  return plan;
+}
+
+double stacked_rows(const Model& m, int param) {
+  const RowPlan plan = plan_rows(m, param, trailing_cut(m, m.params[param].op), kRowSubsetMinFlops);
+  return plan.at < 0 ? double(m.batch) * m.tokens : double(m.batch) * plan.per_sample;
+}
+
+double structural_flops_per_input(const Model& m, const ModelParam& p, bool unit_directions, double row_min_flops) {
+  const double B = m.batch, T = m.tokens;
   const int cut = trailing_cut(m, p.op);
+  const RowPlan plan = plan_rows(m, static_cast<int>(&p - m.params.data()), cut, row_min_flops);
   double per_direction = 0;
   // A Linear's bias followed by activations: its unit directions stay one-hot into the next
   // Linear, which then scales one weight column per token (model/jvp.cpp). Other directions
   // (the reference, null vectors) take the dense path.
   bool one_hot = unit_directions && m.ops[p.op].kind == OpKind::linear, activated = false;
+  // While every token's tangent is the same (a bias's direction, through Linears and BatchNorm
+  // in eval mode), the JVP carries one row per direction: such an op costs one token's work.
+  bool bc = true;
   for (int i = p.op; i < cut; ++i) {
     const Op& op = m.ops[i];
     const double F = op.in;
+    // From the plan's op on, the per-token ops see its rows only.
+    const double N = plan.at >= 0 && i >= plan.at ? B * plan.per_sample : B * T;
+    const double Nb = bc ? 1.0 : N;
     if (i > p.op && one_hot && activated && op.kind == OpKind::linear) {
       per_direction += 2 * N * op.out;
       one_hot = false;
@@ -83,14 +137,35 @@ double structural_flops_per_input(const Model& m, const ModelParam& p, bool unit
     if (op.kind == OpKind::attention) {
       const double core = 4 * B * T * (op.context ? op.context : T) * F;
       // A q/k/v bias enters after the projections and touches one head per direction.
-      per_direction += i == p.op ? core / op.heads : 2 * N * F * F * (1 + 2.0 * op.kv_heads / op.heads) + core;
+      per_direction += i == p.op ? core / op.heads : 2 * Nb * F * F * (1 + 2.0 * op.kv_heads / op.heads) + core;
+      bc = false;
     } else if (op.kind == OpKind::glu) {
       // A gate or up bias enters after its projection; anything earlier passes both.
-      per_direction += (i == p.op ? 0 : 4 * N * op.in * op.out) + 10 * N * op.out;
+      per_direction += (i == p.op ? 0 : 4 * Nb * op.in * op.out) + 10 * N * op.out;
+      bc = false;
     } else if (i > p.op) {
-      if (op.kind == OpKind::linear) per_direction += 2 * N * op.in * op.out;
-      else if (op.kind == OpKind::conv) per_direction += 2 * N * op.in / op.groups * op.out * op.kernel_h * op.kernel_w;
-      else per_direction += 10 * N * F;
+      switch (op.kind) {
+        case OpKind::linear:
+          per_direction += 2 * Nb * op.in * op.out;
+          break;
+        case OpKind::conv:
+          per_direction += 2 * N * op.in / op.groups * op.out * op.kernel_h * op.kernel_w;
+          bc = false;
+          break;
+        case OpKind::residual_begin:
+        case OpKind::residual_end:
+        case OpKind::branch_next:
+        case OpKind::position:
+          per_direction += 10 * Nb * F;
+          break;
+        case OpKind::norm:  // only BatchNorm in eval mode keeps the form
+          bc = bc && op.norm == NormKind::batch_eval;
+          per_direction += 10 * (bc ? 1.0 : N) * F;
+          break;
+        default:
+          per_direction += 10 * N * F;
+          bc = false;
+      }
     }
   }
   return double(p.value.size()) * per_direction;
@@ -104,6 +179,14 @@ int chunk_directions(const Model& m, int start, int stop, int n, int N, int coun
 }
 
 namespace {
+
+// Directions per JVP call with token rows `sub` (nullptr: every row): the chunk fits both the
+// ops before the rows' op, at every row, and the ops after it, at its rows.
+int row_chunk(const Model& m, int start, int stop, int n, int N, int count, long elements, const TokenRows* sub) {
+  if (!sub) return chunk_directions(m, start, stop, n, N, count, elements);
+  return std::min(chunk_directions(m, start, sub->at, n, N, count, elements),
+                  chunk_directions(m, sub->at, stop, n, static_cast<int>(sub->rows.size()), count, elements));
+}
 
 using ColMat = Eigen::MatrixXd;
 
@@ -132,6 +215,7 @@ struct Cluster {
                           // (triangular after a rank decision, unless certified full from Gram)
   Vec sv;                 // singular values of the stacked Jacobian on these columns
   bool full = false;      // certified of full column rank from the Gram matrix (R not formed)
+  bool sv_bound = false;  // sv holds one lower bound for every singular value (a Cholesky certificate)
   // For confirming inputs: an orthonormal basis of the null space at the last rank decision,
   // R's singular values along it, and the rows that confirming inputs added along it (J V,
   // compressed), which the next full factorisation takes in as S V^T.
@@ -176,6 +260,10 @@ Vec singular_values(const ColMat& R) {
   return svd.singularValues();
 }
 
+// From this many columns on, full rank is certified by a Cholesky factorisation instead of the
+// Gram matrix's eigenvalues (gram_singular_values).
+constexpr Eigen::Index kCholeskyColumns = 512;
+
 // Singular values of M (m x c) from its Gram matrix when that certifies full column rank with
 // every singular value far above `tau`; empty otherwise (the caller then factors M).
 // Forming G = M^T M in floating point errs by at most about m u |M|_F^2 (u = 2^-53) and a
@@ -183,13 +271,39 @@ Vec singular_values(const ColMat& R) {
 // within err of sigma^2. Accepted only when the smallest is above 1e6 err (sigma then has about
 // 6 correct digits) and sigma_min - its uncertainty stays above 2 tau. Cheaper than a QR when
 // the answer is "full rank", which is the common case for effective biases.
-Vec gram_singular_values(const ColMat& M, double tau) {
+Vec gram_singular_values(const ColMat& M, double tau, bool* bound) {
+  *bound = false;
   const Eigen::Index m = M.rows(), c = M.cols();
   if (m < c || c == 0) return Vec();
   ColMat G = ColMat::Zero(c, c);
   G.selfadjointView<Eigen::Lower>().rankUpdate(M.transpose());
   const double fro2 = M.squaredNorm();
   const double err = 2.0 * double(m + c + 8) * 0x1.0p-53 * fro2;
+  if (c >= kCholeskyColumns) {
+    // Wide: a Cholesky factorisation settles it at a fraction of the eigenvalues' cost. One that
+    // runs to completion in floating point on G - s I has R^T R = G - s I + E with |E|_2 <=
+    // gamma_{c+1} trace(G - s I) (each entry's error is at most gamma_{c+1} (|R|^T |R|)_ij, and
+    // | |R| |_F^2 = trace(R^T R)), so lambda_min(G) >= s - lift with lift = 2 (c + 1) u |M|_F^2.
+    // With lambda_min(G) > mu, every sigma of M is at least sqrt(mu - err) (G's own rounding is
+    // within err), and full rank needs that to be 2 tau: the bound is rigorous, so unlike the
+    // eigenvalue rule below it needs no digits of accuracy (no 1e6 err). It returns that bound
+    // for every singular value (kept_sigma_min is then a lower bound). A first try at a larger
+    // mu (1e-4 of the mean sigma^2) makes the bound informative when it holds.
+    const double lift = 2.0 * double(c + 1) * 0x1.0p-53 * fro2;
+    const double need = 4.0 * tau * tau + err;
+    const double first = std::max(need, 1e-4 * fro2 / double(c));
+    for (const double mu : {first, need}) {
+      ColMat A = G;
+      A.diagonal().array() -= mu + lift;
+      Eigen::LLT<ColMat, Eigen::Lower> llt(A);
+      if (llt.info() == Eigen::Success) {
+        *bound = true;
+        return Vec::Constant(c, std::sqrt(mu - err));
+      }
+      if (mu == need) break;
+    }
+    return Vec();
+  }
   Eigen::SelfAdjointEigenSolver<ColMat> es(G, Eigen::EigenvaluesOnly);
   if (es.info() != Eigen::Success) return Vec();
   const Vec& lam = es.eigenvalues();  // ascending
@@ -235,12 +349,14 @@ struct InputJacobian {
 
 // Seeds `dirs` (n, d): column j is a bias direction. Returns the output tangents as a
 // (rows, d) column-major matrix (rows = N * width, or width scaled by sqrt(N) when broadcast).
+// With token rows `sub`, the rows of its tokens only (N = its rows).
 ColMat tangents(const Model& m, const Trace& tr, int param, const ColMat& dirs, int cut, long chunk_elements,
-                bool* all_broadcast, const std::function<bool()>& cancelled, bool* stopped) {
+                bool* all_broadcast, const std::function<bool()>& cancelled, bool* stopped, const TokenRows* sub) {
   const int n = static_cast<int>(dirs.rows()), d = static_cast<int>(dirs.cols());
-  const int N = static_cast<int>(tr.inputs[0].rows());
+  const int N_all = static_cast<int>(tr.inputs[0].rows());
+  const int N = sub ? static_cast<int>(sub->rows.size()) : N_all;
   const int w = cut < static_cast<int>(m.ops.size()) ? m.ops[cut].in : m.out_features;
-  const int chunk = chunk_directions(m, m.params[param].op, cut, n, N, d, chunk_elements);
+  const int chunk = row_chunk(m, m.params[param].op, cut, n, N_all, d, chunk_elements, sub);
   ColMat out;
   bool bc_all = true;
   std::vector<std::pair<int, Mat>> parts;
@@ -253,7 +369,7 @@ ColMat tangents(const Model& m, const Trace& tr, int param, const ColMat& dirs, 
     Seed s{param, Mat(c, n), true};
     for (int a = 0; a < c; ++a) s.values.row(a) = dirs.col(a0 + a).transpose();
     bool bc = false;
-    parts.emplace_back(a0, jvp(m, tr, s, c, cut, &bc));
+    parts.emplace_back(a0, jvp(m, tr, s, c, cut, &bc, sub));
     if (!bc) bc_all = false;
     if (bc) parts.back().first = -1 - a0;  // marks a compact part
   }
@@ -270,13 +386,20 @@ ColMat tangents(const Model& m, const Trace& tr, int param, const ColMat& dirs, 
         for (int r = 0; r < N; ++r)
           for (int j = 0; j < w; ++j) out(Eigen::Index(r) * w + j, a0 + a) = v[j];
       } else {
-        const double sc = compact ? std::sqrt(double(N)) : 1.0;
+        const double sc = compact ? std::sqrt(double(N_all)) : 1.0;  // N_all identical rows
         for (Eigen::Index r = 0; r < len; ++r) out(r, a0 + a) = v[r] * sc;
       }
     }
   }
   *all_broadcast = bc_all;
   return out;
+}
+
+// An upper bound on the spectral norm of W: the smaller of its Frobenius norm and
+// sqrt(|W|_1 |W|_inf).
+double norm_bound(const Mat& W) {
+  const double one = W.cwiseAbs().colwise().sum().maxCoeff(), inf = W.cwiseAbs().rowwise().sum().maxCoeff();
+  return std::min(W.norm(), std::sqrt(one * inf));
 }
 
 // A tall factor compressed to its triangular R (the same Gram matrix).
@@ -290,11 +413,108 @@ void compress(ColMat& R, double* flops) {
 
 }  // namespace
 
+// tail_bounds (structure.hpp): for every token t of input `tr`, a bound L(t) on how far the per-token ops [at, cut) stretch a
+// tangent of token t at op `at`: |output tangent of t| <= L(t) |tangent of t at `at`|. The
+// product of each op's largest stretch at that token, by the triangle inequality through
+// residual and parallel blocks (plan_rows puts `at` outside any block whose skip carries a
+// tangent past it):
+//   Linear: its spectral norm (bounded by norm_bound); activation: max |f'| over the token;
+//   LayerNorm: max |gain| / sqrt(var + eps) (its centring and projection off the normalised
+//   input have norm <= 1); RMSNorm: max |gain| / sqrt(mean(x^2) + eps) likewise; BatchNorm in
+//   eval mode: max |gain / sqrt(running_var + eps)|; softmax over features: 1 (its Jacobian
+//   diag(p) - p p^T has eigenvalues in [0, max p]); GLU act(g) * u: max |act'(g) u| |W_gate| +
+//   max |act(g)| |W_up|.
+Vec tail_bounds(const Model& m, const Trace& tr, int at, int cut) {
+  const Eigen::Index N = tr.inputs[0].rows();
+  Vec c = Vec::Ones(N);
+  struct Open {
+    Vec input, sum;
+    bool parallel = false, tail = false;
+  };
+  std::vector<Open> open;
+  for (int i = 0; i < at; ++i) {
+    if (m.ops[i].kind == OpKind::residual_begin) open.push_back({Vec(), Vec(), m.ops[i].parallel, false});
+    if (m.ops[i].kind == OpKind::residual_end) open.pop_back();
+  }
+  for (int i = at; i < cut; ++i) {
+    const Op& op = m.ops[i];
+    const Mat& x = tr.inputs[static_cast<size_t>(i)];
+    switch (op.kind) {
+      case OpKind::residual_begin:
+        open.push_back({c, c, op.parallel, true});
+        break;
+      case OpKind::branch_next: {
+        Open& o = open.back();
+        if (!o.tail) throw std::logic_error("tail_bounds: a parallel block open at the rows' op");
+        o.sum += c;
+        c = o.input;
+        break;
+      }
+      case OpKind::residual_end: {
+        const Open o = std::move(open.back());
+        open.pop_back();
+        if (o.tail) c += o.parallel ? o.sum : o.input;  // else its skip carries no tangent (plan_rows)
+        break;
+      }
+      case OpKind::linear:
+        c *= norm_bound(m.params[op.w].value);
+        break;
+      case OpKind::position:
+        break;
+      case OpKind::softmax:
+        break;
+      case OpKind::activation:
+        c.array() *= op.act->derivative(x).cwiseAbs().rowwise().maxCoeff().array();
+        break;
+      case OpKind::norm: {
+        const double gain = op.gain >= 0 ? m.params[op.gain].value.cwiseAbs().maxCoeff() : 1.0;
+        if (op.norm == NormKind::batch_eval) {
+          const Mat& rv = m.params[op.var].value;
+          double s = 0;
+          for (Eigen::Index f = 0; f < rv.rows(); ++f)
+            s = std::max(s, (op.gain >= 0 ? std::abs(m.params[op.gain].value(f, 0)) : 1.0) / std::sqrt(rv(f, 0) + op.eps));
+          c *= s;
+        } else if (op.norm == NormKind::layer || op.norm == NormKind::rms) {
+          for (Eigen::Index r = 0; r < N; ++r) {
+            const double mean = op.norm == NormKind::layer ? x.row(r).mean() : 0.0;
+            const double var = (x.row(r).array() - mean).square().mean();
+            c(r) *= gain / std::sqrt(var + op.eps);
+          }
+        } else {
+          throw std::logic_error("tail_bounds: a norm over tokens after the rows' op");
+        }
+        break;
+      }
+      case OpKind::glu: {
+        auto pre = [&](int wi, int bi) {
+          Mat z = x * m.params[wi].value.transpose();
+          if (bi >= 0) z.rowwise() += m.params[bi].value.col(0).transpose();
+          return z;
+        };
+        const Mat g = pre(op.wg, op.bg), u = pre(op.wu, op.bu);
+        const Vec slope = op.act->derivative(g).cwiseProduct(u).cwiseAbs().rowwise().maxCoeff();
+        const Vec gate = op.act->f64(g).cwiseAbs().rowwise().maxCoeff();
+        c.array() *= (slope * norm_bound(m.params[op.wg].value) + gate * norm_bound(m.params[op.wu].value)).array();
+        break;
+      }
+      case OpKind::attention:
+      case OpKind::conv:
+        throw std::logic_error("tail_bounds: an op that mixes tokens after the rows' op");
+    }
+  }
+  // Rounding in the bound itself (a few operations per op) is far below this margin.
+  return c * (1.0 + 1e-6);
+}
+
 // 32 unit roundoffs of the output's norm: a singular value below it moves the output, for a unit
 // bias move, by about as much as rounding does.
 constexpr double kRoundingRank = 32 * 0x1.0p-53;
 
 Structure StructureSolver::solve(int param, const std::function<bool()>& cancelled) {
+  return solve_rows(param, cancelled, true);
+}
+
+Structure StructureSolver::solve_rows(int param, const std::function<bool()>& cancelled, bool token_rows) {
   const ModelParam& p = m_.params[param];
   const int n = static_cast<int>(p.value.size());
   const int start = p.op;
@@ -302,6 +522,16 @@ Structure StructureSolver::solve(int param, const std::function<bool()>& cancell
   Structure out;
   out.size = n;
   out.cut = cut;
+  // Token rows: the rank is taken from the last plan.per_sample tokens of each sample, and the
+  // null space found is checked on every row at the end.
+  const double row_min = token_rows ? opt_.row_subset_min_flops : INFINITY;
+  const RowPlan plan = token_rows ? plan_rows(m_, param, cut, row_min) : RowPlan{};
+  std::vector<Eigen::Index> plan_idx;
+  for (int b = 0; b < m_.batch; ++b)
+    for (int t = m_.tokens - plan.per_sample; t < m_.tokens; ++t) plan_idx.push_back(Eigen::Index(b) * m_.tokens + t);
+  auto rows_of = [&](const Trace& tr) {
+    return plan.at >= 0 ? std::optional<TokenRows>(take_rows(tr, plan.at, cut, plan_idx)) : std::nullopt;
+  };
   // Kinks on the tangent's way: their units' activity is tracked per input.
   std::vector<int> kinks;
   for (int i = start; i < cut; ++i)
@@ -311,8 +541,8 @@ Structure StructureSolver::solve(int param, const std::function<bool()>& cancell
   for (size_t i = 0; i < kinks.size(); ++i) active_inputs[i].assign(static_cast<size_t>(m_.ops[kinks[i]].in), 0);
   // Every unit direction of one input, and the same work for other directions (per direction:
   // / n), which do not take the one-hot path.
-  const double jvp_cost = structural_flops_per_input(m_, p);
-  const double dense_cost = structural_flops_per_input(m_, p, false);
+  const double jvp_cost = structural_flops_per_input(m_, p, true, row_min);
+  const double dense_cost = structural_flops_per_input(m_, p, false, row_min);
 
   UnionFind uf(n);
   std::map<int, Cluster> clusters;  // by union-find root
@@ -346,32 +576,42 @@ Structure StructureSolver::solve(int param, const std::function<bool()>& cancell
   // is itself rounding, e.g. keys of identical tokens, must not turn rounding into rank).
   auto threshold = [&]() { return std::max(opt_.tol_rel * std::sqrt(ref_sq), kRoundingRank * std::sqrt(out_sq)); };
   // The rank of every cluster from its rows (factoring them), with tau for all inputs so far.
-  // Returns -1, deciding nothing, when its factorisations could overrun the budget: a first
-  // input can be large enough to spend it many times over on its own. (The bound is the worst
-  // case: each cluster's Gram matrix, then its QR and SVD.)
+  // Returns -1, deciding nothing more, when the next stage could overrun the budget: a first
+  // input can be large enough to spend it many times over on its own. (Each stage is checked
+  // at its worst case before it starts: the Gram matrices, then the QRs and SVDs.)
   double decision_flops = 0;
   auto decide = [&]() {
     tau = threshold();
-    decision_flops = 0;
+    // First every cluster's Gram matrix (its product, then a Cholesky factorisation or its
+    // eigenvalues), which settles full rank; where it does not, every cluster's QR and SVD.
+    double gram = 0, rest = 0;
     for (const auto& [root, cl] : clusters) {
       const double r = double(cl.R.rows()), c = double(cl.R.cols());
-      decision_flops += 3.0 * r * c * c + 12.0 * c * c * c;
+      gram += r * c * c + (cl.R.cols() >= kCholeskyColumns ? 1.0 : 4.0) * c * c * c;
+      rest += 2.0 * r * c * c + 12.0 * c * c * c;
     }
-    if (out.flops + decision_flops > opt_.max_flops) return -1;
+    decision_flops = gram;
+    if (out.flops + gram > opt_.max_flops) return -1;
+    out.flops += gram;
     bool all_full = true;
     for (auto& [root, cl] : clusters) {  // full rank everywhere is settled by Gram matrices alone
-      cl.sv = gram_singular_values(cl.R, tau);
+      cl.sv = gram_singular_values(cl.R, tau, &cl.sv_bound);
       cl.full = cl.sv.size() > 0;
       if (!cl.full) {
         all_full = false;
         break;
       }
     }
+    if (!all_full) {
+      decision_flops = rest;
+      if (out.flops + rest > opt_.max_flops) return -1;
+    }
     int r = 0;
     for (auto& [root, cl] : clusters) {
       if (!all_full) {
         compress(cl.R, &out.flops);
         cl.full = false;
+        cl.sv_bound = false;
         cl.sv = singular_values(cl.R);
         out.flops += 12.0 * std::pow(double(cl.R.cols()), 3);
       }
@@ -394,10 +634,11 @@ Structure StructureSolver::solve(int param, const std::function<bool()>& cancell
   // Every unit direction's tangent on one input, kept as sparse columns in `cols`; returns the
   // rows of the dense Jacobian (N * width, or width when every tangent stayed broadcast).
   Eigen::Index rows = 0;
-  auto unit_columns = [&](const Trace& tr, bool* all_bc, bool* stopped) {
-    const int N = static_cast<int>(tr.inputs[0].rows());
+  auto unit_columns = [&](const Trace& tr, const TokenRows* sub, bool* all_bc, bool* stopped) {
+    const int N_all = static_cast<int>(tr.inputs[0].rows());
+    const int N = sub ? static_cast<int>(sub->rows.size()) : N_all;
     const int w = cut < static_cast<int>(m_.ops.size()) ? m_.ops[cut].in : m_.out_features;
-    const int chunk = chunk_directions(m_, start, cut, n, N, n, opt_.chunk_elements);
+    const int chunk = row_chunk(m_, start, cut, n, N_all, n, opt_.chunk_elements, sub);
     for (auto& cl : cols) {
       cl.rows.clear();
       cl.vals.clear();
@@ -414,10 +655,10 @@ Structure StructureSolver::solve(int param, const std::function<bool()>& cancell
       Seed s{param, Mat::Zero(c, n), true};  // unit directions, the same for every token
       for (int a = 0; a < c; ++a) s.values(a, a0 + a) = 1.0;
       bool bc = false;
-      const Mat d = jvp(m_, tr, s, c, cut, &bc);
+      const Mat d = jvp(m_, tr, s, c, cut, &bc, sub);
       all_broadcast = all_broadcast && bc;
       const Eigen::Index len = bc ? w : rows;
-      const double sc_factor = bc ? std::sqrt(double(N)) : 1.0;
+      const double sc_factor = bc ? std::sqrt(double(N_all)) : 1.0;  // stands for N_all identical rows
       for (int a = 0; a < c; ++a) {
         const double* v = d.data() + Eigen::Index(a) * len;
         SparseCol& sc = cols[a0 + a];
@@ -443,7 +684,8 @@ Structure StructureSolver::solve(int param, const std::function<bool()>& cancell
   // basis, taken from earlier inputs, is less accurate than this input can tell, and the full
   // stack is factored instead). Y comes from d seeded JVPs when the null space is small, else
   // from the unit columns (then kept in `cols` for the full path: *have_cols).
-  auto try_confirm = [&](const Trace& tr, double ref_k, double tau_now, bool* have_cols, bool* stopped) {
+  auto try_confirm = [&](const Trace& tr, const TokenRows* sub, double ref_k, double tau_now, bool* have_cols,
+                         bool* stopped) {
     int d_total = 0;
     for (auto& [root, cl] : clusters) {
       for (Eigen::Index i = 0; i < cl.sv.size(); ++i)
@@ -451,7 +693,7 @@ Structure StructureSolver::solve(int param, const std::function<bool()>& cancell
       d_total += static_cast<int>(cl.vnull.cols());
     }
     if (d_total == 0) return true;
-    const int N = static_cast<int>(tr.inputs[0].rows());
+    const int N = sub ? static_cast<int>(sub->rows.size()) : static_cast<int>(tr.inputs[0].rows());
     const int w = cut < static_cast<int>(m_.ops.size()) ? m_.ops[cut].in : m_.out_features;
     std::vector<ColMat> Ys;  // per cluster (in map order): (rows it touches, its null dimension)
     if (4.0 * dense_cost * d_total <= jvp_cost * n && double(N) * w * d_total <= 8e6) {
@@ -466,7 +708,7 @@ Structure StructureSolver::solve(int param, const std::function<bool()>& cancell
         at += dc;
       }
       bool bc = false;
-      const ColMat Y = tangents(m_, tr, param, dirs, cut, opt_.chunk_elements, &bc, cancelled, stopped);
+      const ColMat Y = tangents(m_, tr, param, dirs, cut, opt_.chunk_elements, &bc, cancelled, stopped, sub);
       out.flops += dense_cost * double(d_total) / std::max(1, n);
       if (*stopped) return false;
       // Each cluster's tangents must stay on rows no other cluster's tangents touch (else this
@@ -489,7 +731,7 @@ Structure StructureSolver::solve(int param, const std::function<bool()>& cancell
       }
     } else {
       bool bc = false;
-      unit_columns(tr, &bc, stopped);
+      unit_columns(tr, sub, &bc, stopped);
       if (*stopped) return false;
       *have_cols = true;
       owner.assign(static_cast<size_t>(rows), -1);
@@ -709,17 +951,19 @@ Structure StructureSolver::solve(int param, const std::function<bool()>& cancell
           }
       }
       bool have_cols = false;
+      const std::optional<TokenRows> sub = rows_of(tr);
+      const TokenRows* subp = sub ? &*sub : nullptr;
       if (confirm_mode) {
         if (!null_ready) prepare_null();
         const double tau_now = threshold();
-        if (try_confirm(tr, dref.norm(), tau_now, &have_cols, &stopped)) {
+        if (try_confirm(tr, subp, dref.norm(), tau_now, &have_cols, &stopped)) {
           last_input_cost = out.flops - before;
           continue;
         }
         if (stopped) return stop_cancelled();
       }
       bool bc = false;
-      if (!have_cols) unit_columns(tr, &bc, &stopped);
+      if (!have_cols) unit_columns(tr, subp, &bc, &stopped);
       if (stopped) return stop_cancelled();
       stack_full();
       full_path = true;
@@ -826,7 +1070,11 @@ Structure StructureSolver::solve(int param, const std::function<bool()>& cancell
                     "a budget ran out before a stopping rule held (%d inputs stacked, at most %d; %.3g GFLOP spent, "
                     "budget %.3g GFLOP a bias): the rank found, %d of %d, is a lower bound that more inputs could raise",
                     inputs, opt_.max_samples, out.flops / 1e9, opt_.max_flops / 1e9, rank, n);
-    out.stop_note = buf;
+    if (plan.at >= 0) {
+      out.rows_per_sample = plan.per_sample;
+      out.rows_check = "not reached";
+    }
+    out.stop_note = std::string(buf) + (plan.at >= 0 ? " (from the last " + std::to_string(plan.per_sample) + " token(s) of each sample)" : "");
     return out;
   }
 
@@ -842,6 +1090,7 @@ Structure StructureSolver::solve(int param, const std::function<bool()>& cancell
       if (cl.sv(i) > tau) {
         ++kept;
         kept_min = kept_min == 0 ? cl.sv(i) : std::min(kept_min, cl.sv(i));
+        out.sigma_bounds = out.sigma_bounds || cl.sv_bound;
       }
     if (cl.vnull.cols() > 0) {
       ColMat all(cl.vnull.cols() + cl.snull.rows(), cl.vnull.cols());
@@ -855,6 +1104,102 @@ Structure StructureSolver::solve(int param, const std::function<bool()>& cancell
       for (int i = 0; i < c; ++i) v(cl.cols[i]) = cl.vnull(i, j);
       basis.push_back(v);
     }
+  }
+  // Token rows: the rank so far is that of the tokens' rows, a lower bound on the rank of every
+  // row. The null space V found (d directions) is checked on every row of every input stacked:
+  // if |J V| <= tau over all of them, the (n - d + 1)-th singular value of the whole stack is at
+  // most tau (min-max), so its rank is the same, and V its null space. |J V| is bounded from the
+  // tangents at the rows' op through the per-token ops after it (tail_bounds), which is cheap
+  // (those ops are the cost the rows save) and far from tight but ample where V is null to
+  // rounding; where it is too loose (a direction a later norm removes), J V itself is computed.
+  std::string rows_note;
+  if (plan.at >= 0 && !basis.empty() && !out.input_independent) {
+    const int d = static_cast<int>(basis.size());
+    // Squared norm of the tangents of the directions in V per token, at the input of op `stop`.
+    auto token_sq = [&](const Trace& tr, const std::vector<Vec>& V, int stop, bool* stopped) {
+      const Eigen::Index N = tr.inputs[0].rows();
+      Vec tok = Vec::Zero(N);
+      const int count = static_cast<int>(V.size());
+      const int chunk = chunk_directions(m_, start, stop, n, static_cast<int>(N), count, opt_.chunk_elements);
+      for (int a0 = 0; a0 < count; a0 += chunk) {
+        if (cancelled && cancelled()) {
+          *stopped = true;
+          return tok;
+        }
+        const int c = std::min(chunk, count - a0);
+        Seed s{param, Mat(c, n), true};
+        for (int a = 0; a < c; ++a) s.values.row(a) = V[static_cast<size_t>(a0 + a)].transpose();
+        bool bc = false;
+        const Mat t = jvp(m_, tr, s, c, stop, &bc);
+        if (bc) tok.array() += t.squaredNorm();
+        else
+          for (int a = 0; a < c; ++a)
+            for (Eigen::Index r = 0; r < N; ++r) tok(r) += t.row(Eigen::Index(a) * N + r).squaredNorm();
+      }
+      return tok;
+    };
+    const double every_row = structural_flops_per_input(m_, p, false, INFINITY) * d / std::max(1, n);
+    // The bound starts where the seed has entered: at the rows' op, or after it when the seed
+    // enters there (a Linear's bias is added inside its op, whose input carries no tangent).
+    const int from = plan.at == start ? start + 1 : plan.at;
+    double sq = 0;
+    bool computed = false;
+    for (int k = 0; k < inputs && std::sqrt(sq) <= tau; ++k) {
+      const Trace& tr = pool_.get(k);
+      bool stopped = false;
+      const Vec at = token_sq(tr, basis, from, &stopped);
+      if (stopped) return stop_cancelled();
+      out.flops += every_row;  // at most: the ops before the rows' op, at every row
+      double b = (tail_bounds(m_, tr, from, cut).array().square() * at.array()).sum();
+      if (!(std::sqrt(sq + b) <= tau)) {
+        b = token_sq(tr, basis, cut, &stopped).sum();
+        if (stopped) return stop_cancelled();
+        out.flops += every_row;
+        computed = true;
+      }
+      sq += b;
+    }
+    if (!(std::sqrt(sq) <= tau)) {
+      // Every row has rank the tokens' rows missed: rank from every row, if that fits.
+      const int w = cut < static_cast<int>(m_.ops.size()) ? m_.ops[cut].in : m_.out_features;
+      const double entries = double(n) * m_.batch * m_.tokens * w;
+      if (entries > opt_.max_jacobian_entries) {
+        out.determined = false;
+        out.redundant_dim_min = 0;
+        out.redundant_dim_max = n - rank;
+        out.redundant_dim = n - rank;
+        char buf[400];
+        std::snprintf(buf, sizeof buf,
+                      "the null space found from the last %d token(s) of each sample does not hold on every token, and "
+                      "ranking every row would need a Jacobian of %.0f M entries (the limit is %.0f M): the rank "
+                      "found, %d of %d, is a lower bound",
+                      plan.per_sample, entries / 1048576.0, opt_.max_jacobian_entries / 1048576.0, rank, n);
+        out.stop_note = buf;
+        out.stop = StopRule::budget;
+        out.rows_per_sample = plan.per_sample;
+        out.rows_check = "failed";
+        return out;
+      }
+      Structure again = solve_rows(param, cancelled, false);
+      again.flops += out.flops;
+      return again;
+    }
+    out.rows_per_sample = plan.per_sample;
+    out.rows_check = computed ? "computed" : "bound";
+    out.sigma_bounds = true;
+    null_max = std::max(null_max, std::sqrt(sq));
+    char buf[320];
+    std::snprintf(buf, sizeof buf,
+                  "; ranked from the last %d token(s) of each sample, its %d null direction(s) then checked on every "
+                  "token of the %d input(s) (%s): their tangents stay within the threshold",
+                  plan.per_sample, d, inputs, computed ? "computed" : "bounded through the per-token layers");
+    rows_note = buf;
+  } else if (plan.at >= 0 && basis.empty()) {
+    rows_note = "; ranked from the last " + std::to_string(plan.per_sample) +
+                " token(s) of each sample (full rank there is full rank on every row)";
+    out.rows_per_sample = plan.per_sample;
+    out.rows_check = "none";
+    out.sigma_bounds = true;
   }
   out.redundant_dim = static_cast<int>(basis.size());
   out.redundant_dim_min = out.redundant_dim_max = out.redundant_dim;
@@ -870,7 +1215,7 @@ Structure StructureSolver::solve(int param, const std::function<bool()>& cancell
                   "are redundant) or only rarely active (then an input that activates it adds rank), so %d to %d of %d "
                   "directions are redundant",
                   out.inactive_units, inputs, out.redundant_dim_min, out.redundant_dim, n);
-    out.stop_note = buf;
+    out.stop_note = buf + rows_note;
     return out;
   }
   out.null_basis.resize(n, out.redundant_dim);
@@ -905,7 +1250,7 @@ Structure StructureSolver::solve(int param, const std::function<bool()>& cancell
       break;
     }
   }
-  out.stop_note = buf;
+  out.stop_note = buf + rows_note;
   return out;
 }
 

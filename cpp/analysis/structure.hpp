@@ -45,11 +45,39 @@ class TracePool {
   int scratch_k_ = -1;
 };
 
+// Token rows. After the last op on a tangent's way that mixes tokens (attention, convolution, a
+// norm over tokens), every op acts on each token alone: the Jacobian's rows of a few tokens then
+// cost a few tokens' work, where every row costs all N. Rows can only lower a rank (the singular
+// values of a subset of rows are at most those of all rows), so the rank of the rows of the last
+// `per_sample` tokens of each sample is a lower bound; the structure then checks the null space
+// it found on every row (StructureSolver), which makes it exact.
+// `at`: the op from which the rows are taken (-1: every row; then per_sample is 0).
+constexpr double kRowSubsetMinFlops = 2e8;  // StructureOptions::row_subset_min_flops
+struct RowPlan {
+  int at = -1;
+  int per_sample = 0;
+};
+// The rows for bias `param` with its Jacobian taken at op `cut`: enough tokens for its directions
+// (1.5 x the directions over the width, at least 2 rows), the last ones of each sample (they see
+// every earlier token through causal attention), taken only when that is at most half the
+// tokens and the per-token ops would cost at least `min_flops` per input over every row.
+RowPlan plan_rows(const Model& m, int param, int cut, double min_flops);
+// The rows of one input's Jacobian the structure stacks for bias `param` (the plan's, or N).
+double stacked_rows(const Model& m, int param);
+
+// For every token t of input `tr`, a bound L(t) on how far the per-token ops [at, cut) can
+// stretch a tangent of token t at op `at` (the input of op at): |tangent of t at cut| <=
+// L(t) |tangent of t at op at|, where the only tangent at op `at` is the one that enters it (no
+// open block's skip carries one past it, as plan_rows makes sure).
+Vec tail_bounds(const Model& m, const Trace& tr, int at, int cut);
+
 // The estimated float64 work of the JVPs of one input for every direction of bias `p`: through
-// every op after the bias up to the trailing linear maps the structure skips.
+// every op after the bias up to the trailing linear maps the structure skips, at the plan's rows
+// for `row_min_flops` (infinity: every row).
 // `unit_directions`: for the bias's unit directions, which stay one-hot through an activation
 // after a Linear's bias (model/jvp.cpp); false: for any other directions.
-double structural_flops_per_input(const Model& m, const ModelParam& p, bool unit_directions = true);
+double structural_flops_per_input(const Model& m, const ModelParam& p, bool unit_directions = true,
+                                  double row_min_flops = kRowSubsetMinFlops);
 
 // Directions per JVP call (of `count`, seeded at op `start`, n entries each, N tokens, taken to
 // op `stop`): a chunk of tangents holds at most about `elements` doubles at the widest op on the
@@ -71,12 +99,21 @@ struct StructureOptions {
   // the bounds established so far. The number of inputs of a step follows the rank gained per
   // input, so a rank that rises by one per input is stacked in one step, not one input a step.
   int max_samples = 4096;
-  double max_flops = 5e10;  // per bias: JVPs + factorisations, about 5-10 s natively
+  double max_flops = 2e11;  // per bias: JVPs + factorisations, about 10-20 s natively
   // A confirming input is stacked along the null space alone only while |J V_null| stays at the
   // level of rounding (this multiple of the input's reference scale); above it, the basis is not
   // as accurate as the data allows and the full stack is factored again.
   double confirm_rel = 1e-13;
   long chunk_elements = 1L << 20;  // tangent batch size in doubles (8 MiB)
+  // Token rows (plan_rows): where the ops after the last one that mixes tokens would cost at
+  // least this much per input over every row. The null space found from the rows is then
+  // checked on every row of every input stacked: its tangents there, bounded through the
+  // per-token ops (a product of each op's largest stretch) or computed, must stay within the
+  // null threshold; else the bias is ranked again from every row.
+  double row_subset_min_flops = kRowSubsetMinFlops;
+  // The largest Jacobian of one input the structure stacks (entries), as analyze() checks up
+  // front; ranking every row after a failed check on token rows would exceed it: undetermined.
+  double max_jacobian_entries = 64.0 * 1024 * 1024;
 };
 
 enum class StopRule { full_rank, no_gain, no_gain_kinked, input_independent, budget, cancelled };
@@ -104,6 +141,15 @@ struct Structure {
   int inactive_units = 0;           // ReLU units on the path that no stacked input activated
   double rarest_unit_rate = 1;      // of units some input activated: the smallest share of inputs
   double flops = 0;                 // work spent (estimated)
+  int rows_per_sample = 0;          // token rows (plan_rows) the rank was taken from; 0: every row
+  // How the null space found from them was checked on every row: "bound" (through the per-token
+  // layers), "computed" (its tangents), "none" (full rank: no check needed), "not reached" (a
+  // budget ran out first: the rank is a lower bound anyway), "failed" (the rows missed rank,
+  // and every row would not fit: undetermined).
+  const char* rows_check = "";
+  // kept_min and null_max are bounds (kept_min a lower one, null_max an upper one) rather than
+  // singular values: from token rows and their check, or a Cholesky certificate of full rank.
+  bool sigma_bounds = false;
   StopRule stop = StopRule::no_gain;
   std::string stop_note;            // the rule that ended the loop, in a sentence
 };
@@ -117,6 +163,7 @@ class StructureSolver {
   const StructureOptions& options() const { return opt_; }
 
  private:
+  Structure solve_rows(int param, const std::function<bool()>& cancelled, bool token_rows);
   int injective_cut(int start);
   const Model& m_;
   TracePool& pool_;

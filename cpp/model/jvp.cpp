@@ -9,6 +9,7 @@
 #include <algorithm>
 #include <cmath>
 #include <optional>
+#include <stdexcept>
 
 namespace biaslab {
 
@@ -141,9 +142,41 @@ Mat one_hot_dense(const OneHot& h, Eigen::Index N, Eigen::Index F) {
 
 }  // namespace
 
-Mat jvp(const Model& m, const Trace& trace, const Seed& seed, int n, int stop, bool* broadcast) {
+bool acts_per_token(const Op& op) {
+  switch (op.kind) {
+    case OpKind::attention:
+    case OpKind::conv:
+      return false;
+    case OpKind::norm:
+      return op.norm == NormKind::layer || op.norm == NormKind::rms || op.norm == NormKind::batch_eval;
+    default:
+      return true;
+  }
+}
+
+TokenRows take_rows(const Trace& trace, int at, int stop, std::vector<Eigen::Index> rows) {
+  TokenRows t;
+  t.at = at;
+  t.rows = std::move(rows);
+  for (int i = at; i < stop; ++i) t.inputs.push_back(trace.inputs[static_cast<size_t>(i)](t.rows, Eigen::all));
+  return t;
+}
+
+namespace {
+// Rows `rows` of each direction's N rows of a dense batch (n*N, F).
+Mat gather_rows(const Mat& v, Eigen::Index N, const std::vector<Eigen::Index>& rows) {
+  const Eigen::Index n = v.rows() / N, k = static_cast<Eigen::Index>(rows.size());
+  Mat out(n * k, v.cols());
+  for (Eigen::Index a = 0; a < n; ++a)
+    for (Eigen::Index j = 0; j < k; ++j) out.row(a * k + j) = v.row(a * N + rows[static_cast<size_t>(j)]);
+  return out;
+}
+}  // namespace
+
+Mat jvp(const Model& m, const Trace& trace, const Seed& seed, int n, int stop, bool* broadcast, const TokenRows* sub) {
   const int start = m.params[seed.param].op;
-  const Eigen::Index N = trace.inputs[0].rows();
+  if (sub && !seed.broadcast) throw std::invalid_argument("jvp: token rows need a broadcast seed");
+  Eigen::Index N = trace.inputs[0].rows();
   // Open blocks: the tangent of the input and, for a parallel block, of the running sum of
   // finished branches (model/forward.cpp); blocks opened before `start` carry no tangent.
   struct Skip {
@@ -165,9 +198,29 @@ Mat jvp(const Model& m, const Trace& trace, const Seed& seed, int n, int stop, b
     if (d && d->broadcast) d = Tangent{expand(d->v, N), false};
   };
   std::optional<OneHot> hot;  // when set, d is this batch of one-hot rows (d itself unset)
+  // From sub->at on, only the rows sub->rows of every direction (broadcast tangents stay as they
+  // are: every row of theirs is the same).
+  auto take = [&](std::optional<Tangent>& t) {
+    if (t && !t->broadcast) t->v = gather_rows(t->v, N, sub->rows);
+  };
   for (int i = start; i < stop; ++i) {
     const Op& op = m.ops[i];
-    const Mat& x = trace.inputs[i];
+    if (sub && i == sub->at) {
+      take(d);
+      for (Skip& s : skips) {
+        take(s.input);
+        take(s.sum);
+      }
+      if (hot) {
+        const Eigen::Index k = static_cast<Eigen::Index>(sub->rows.size());
+        Eigen::VectorXd s(Eigen::Index(n) * k);
+        for (Eigen::Index a = 0; a < n; ++a)
+          for (Eigen::Index j = 0; j < k; ++j) s(a * k + j) = hot->s(a * N + sub->rows[static_cast<size_t>(j)]);
+        hot->s = std::move(s);
+      }
+      N = static_cast<Eigen::Index>(sub->rows.size());
+    }
+    const Mat& x = sub && i >= sub->at ? sub->inputs[static_cast<size_t>(i - sub->at)] : trace.inputs[i];
     if (op.kind == OpKind::activation && hot) {
       one_hot_scale(*hot, derivative_at(*op.act, x, hot->col));
       continue;

@@ -15,6 +15,21 @@
 
 namespace biaslab {
 
+// Some of the N token rows, from op `at` on: the ops [at, stop) of a jvp() given it act on each
+// token alone (no attention, convolution or norm over tokens), so the tangents of these rows
+// need only these rows. The tangents (and the open blocks' skips) are cut down to `rows` when op
+// `at` starts, and the result has rows.size() rows per direction; the seed must be broadcast (a
+// per-token seed would need its rows too). `inputs` are the trace's
+// inputs of ops at, at + 1, ... cut down the same way (made by take_rows).
+struct TokenRows {
+  int at = 0;
+  std::vector<Eigen::Index> rows;  // ascending indices into the N rows
+  std::vector<Mat> inputs;         // inputs[i - at]: rows `rows` of trace.inputs[i]
+};
+// The rows of `trace` for ops [at, stop).
+TokenRows take_rows(const Trace& trace, int at, int stop, std::vector<Eigen::Index> rows);
+// Whether op `op` acts on each token alone, so that a tangent's rows can be taken before it.
+bool acts_per_token(const Op& op);
 
 // Propagates `seed` (n directions) from the op that holds the parameter up to the input of op
 // `stop` (m.ops.size() for the model output). `trace` comes from forward<double> on the same
@@ -22,7 +37,8 @@ namespace biaslab {
 // When `broadcast` is given and every token of a direction still carries the same vector at
 // `stop` (no op on the way treated tokens differently), the compact (n, width) form is returned
 // and *broadcast is set; the tangent then does not depend on the input at all.
-Mat jvp(const Model& m, const Trace& trace, const Seed& seed, int n, int stop, bool* broadcast = nullptr);
+Mat jvp(const Model& m, const Trace& trace, const Seed& seed, int n, int stop, bool* broadcast = nullptr,
+        const TokenRows* rows = nullptr);
 
 // The rows of one direction of a per-token seed on `param` (Seed::values, not broadcast): the N
 // input rows, or the context's B * context_tokens for the key/value side of cross-attention

@@ -21,9 +21,12 @@ export function render_bias_detail(root, report, row) {
   const n = row.size;
   const ranks = st.rank_history ?? [], inputs = st.inputs_history ?? [];
   const sigma = [];
-  if (st.kept_sigma_min > 0) sigma.push(`smallest kept singular value ${fmt_num(st.kept_sigma_min)}`);
-  if (typeof st.null_sigma_max === 'number' && redundant_dims(row) !== '0') sigma.push(`largest null ${sigma.length ? 'one' : 'singular value'} ${fmt_num(st.null_sigma_max)}`);
-  if (st.kept_sigma_min > 0 && st.null_sigma_max > 0) sigma.push(`a gap of ${fmt_num(st.kept_sigma_min / st.null_sigma_max)}x`);
+  // Bounds rather than values when the rank came from a few tokens' rows or a Cholesky
+  // certificate (structure.sigma_bounds): the kept one from below, the null one from above.
+  const at_least = st.sigma_bounds ? 'at least ' : '', at_most = st.sigma_bounds ? 'at most ' : '';
+  if (st.kept_sigma_min > 0) sigma.push(`smallest kept singular value ${at_least}${fmt_num(st.kept_sigma_min)}`);
+  if (typeof st.null_sigma_max === 'number' && redundant_dims(row) !== '0') sigma.push(`largest null ${sigma.length ? 'one' : 'singular value'} ${at_most}${fmt_num(st.null_sigma_max)}`);
+  if (st.kept_sigma_min > 0 && st.null_sigma_max > 0) sigma.push(`a gap of ${at_least}${fmt_num(st.kept_sigma_min / st.null_sigma_max)}x`);
   const plot = h('div', { class: 'plot detail-plot' });
   root.replaceChildren(
     h('h3', {}, 'Why ', h('code', {}, row.param)),

@@ -9,6 +9,22 @@ import { use_page, after_analysis, bias_names, SHOTS } from '../support/page.js'
 const env = use_page();
 const row = (page, param) => page.locator('table.table-biases tbody tr', { has: page.locator('th', { hasText: param }) });
 
+test('detail: a row ranked from a few tokens says its singular values are bounds', async () => {
+  // gpt2-block ranks its biases before the MLP from the last token of each sample, then checks
+  // the null space found on every token (the report's structure.token_rows): the detail gives
+  // the kept singular value as a lower bound and the null one as an upper bound.
+  const { page, problems } = await env.open();
+  await after_analysis(page, () => page.selectOption('#preset', 'gpt2-block'));
+  const toggle = row(page, 'layers.0.body.1.k_proj.bias').locator('button.row-toggle');
+  await toggle.click();
+  const panel = page.locator(`#${await toggle.getAttribute('aria-controls')}`);
+  await panel.waitFor({ state: 'visible' });
+  const text = await panel.innerText();
+  assert.match(text, /largest null singular value at most \d/);
+  assert.match(text, /ranked from the last 1 token\(s\) of each sample/);
+  assert.deepEqual(problems, []);
+});
+
 test('detail: a bias row opens a panel with its reason, rank history, singular values and curve', async () => {
   const { page, problems } = await env.open();
   await after_analysis(page, () => page.selectOption('#preset', 'few-tokens-trap'));
