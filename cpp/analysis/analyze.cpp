@@ -24,7 +24,10 @@ namespace {
 
 using namespace analysis;
 
-BIASLAB_COLD std::optional<Error> check_work(const Model& m) {
+// *wants_rows: some bias could use token rows or the Cholesky certificate (work over their
+// threshold on every row where this module has none, structural_flops counting 3 inputs; or
+// 512 directions).
+BIASLAB_COLD std::optional<Error> check_work(const Model& m, bool* wants_rows) {
   for (const ModelParam& p : m.params) {
     if (!is_bias_like(p.role)) continue;
     // The structure stacks the Jacobian at the output, or before trailing per-token linear maps
@@ -48,7 +51,11 @@ BIASLAB_COLD std::optional<Error> check_work(const Model& m) {
   }
   double flops = 0;
   for (const ModelParam& p : m.params)
-    if (is_bias_like(p.role)) flops += structural_flops(m, p);
+    if (is_bias_like(p.role)) {
+      const double f = structural_flops(m, p);
+      flops += f;
+      *wants_rows = *wants_rows || f >= 3 * kRowSubsetMinFlops || p.value.size() >= 512;
+    }
   if (flops > kMaxStructuralFlops) {
     char buf[256];
     std::snprintf(buf, sizeof buf,
@@ -83,16 +90,23 @@ BIASLAB_COLD json analyze(const ExperimentConfig& cfg, const AnalyzeOptions& opt
     c.step("building", 0.0);
     // The page's first-load engine leaves out what runs a convolution (cpp/wasm/conv_lean.cpp): it
     // says so before any work, and the page asks the engine that has it.
-    if (!conv_kernel_linked() && has_conv(cfg.layers)) {
-      json e = error_json({"", "this config needs the engine with convolutions"});
+    const char* hand_on = nullptr;  // what the engine fetched on demand has and this one has not
+    if (!conv_kernel_linked() && has_conv(cfg.layers)) hand_on = "this config needs the engine with convolutions";
+    if (!hand_on) {
+      c.net = build_network(cfg);
+      sync_network(c.net);
+      c.model = compile(c.net);
+      bool wants_rows = false;
+      if (const auto e = check_work(c.model, &wants_rows)) return error_json(*e);
+      // Nor token rows and the Cholesky certificate (structure.hpp): a config that could use them
+      // goes to the engine that has them too.
+      if (wants_rows && !token_rows_linked()) hand_on = "this config needs the engine with token rows";
+    }
+    if (hand_on) {
+      json e = error_json({"", hand_on});
       e["needs_full_engine"] = true;
       return e;
     }
-    c.net = build_network(cfg);
-    sync_network(c.net);
-    c.model = compile(c.net);
-    if (const auto e = check_work(c.model))
-      return error_json(*e);
     c.x = draw_input(cfg, 0);
     c.ev = std::make_unique<Evaluator>(c.model, c.x);
     c.pool = std::make_unique<TracePool>(c.model, cfg);

@@ -44,13 +44,7 @@ BIASLAB_COLD json bias_row_json(const BiasResult& b, const Structure& st) {
                     {"null_sigma_max", st.determined ? num(st.null_max) : json(nullptr)},
                     {"kept_sigma_min", st.determined ? num(st.kept_min) : json(nullptr)},
                     {"jacobian_at", b.jacobian_at}};
-  // Token rows (analysis/structure.hpp): the rank was taken from the last per_sample tokens of
-  // each sample; a null space found there was checked on every row, bounded through the
-  // per-token layers or computed (Structure::rows_check). sigma_bounds: kept_sigma_min is a
-  // lower bound (from those rows, or a Cholesky certificate) and null_sigma_max an upper one.
-  if (st.sigma_bounds) structure["sigma_bounds"] = true;
-  if (st.rows_per_sample > 0)
-    structure["token_rows"] = {{"per_sample", st.rows_per_sample}, {"null_check", st.rows_check}};
+  token_rows_json(st, structure);
   if (st.kinked) {
     structure["final_run"] = st.final_run;
     structure["inactive_units"] = st.inactive_units;

@@ -10,6 +10,7 @@
 #include <Eigen/Eigenvalues>
 #include <Eigen/SVD>
 
+#include "core/cold.hpp"
 #include "core/rng.hpp"
 
 namespace biaslab {
@@ -61,8 +62,33 @@ const char* stop_rule_name(StopRule r) {
   return "";
 }
 
-RowPlan plan_rows(const Model& m, int param, int cut, double min_flops) {
+// Whether this module has token rows (the page's first-load engine leaves them out): a constant,
+// so that the code they use is compiled out where it is false.
+#ifdef BIASLAB_LEAN_ENGINE
+constexpr bool kTokenRows = false;
+#else
+constexpr bool kTokenRows = true;
+#endif
+
+bool token_rows_linked() { return kTokenRows; }
+
+// Token rows (analysis/structure.hpp): the rank was taken from the last per_sample tokens of
+// each sample; a null space found there was checked on every row, bounded through the
+// per-token layers or computed (Structure::rows_check). sigma_bounds: kept_sigma_min is a
+// lower bound (from those rows, or a Cholesky certificate) and null_sigma_max an upper one.
+// (Here, not in report.cpp, so that the first-load engine leaves it out with them.)
+void token_rows_json(const Structure& st, Json& structure) {
+  if (!kTokenRows) return;
+  if (st.sigma_bounds) structure["sigma_bounds"] = true;
+  if (st.rows_per_sample > 0)
+    structure["token_rows"] = {{"per_sample", st.rows_per_sample}, {"null_check", st.rows_check}};
+}
+
+BIASLAB_COLD RowPlan plan_rows(const Model& m, int param, int cut, double min_flops) {
   RowPlan plan;
+#ifdef BIASLAB_LEAN_ENGINE
+  return plan;  // (analyze() hands on what would use them)
+#endif
   const int start = m.params[param].op;
   if (m.ops[start].kind == OpKind::position) return plan;  // its seed differs per token
   int at = start;
@@ -102,15 +128,16 @@ RowPlan plan_rows(const Model& m, int param, int cut, double min_flops) {
   return plan;
 }
 
-double stacked_rows(const Model& m, int param) {
-  const RowPlan plan = plan_rows(m, param, trailing_cut(m, m.params[param].op), kRowSubsetMinFlops);
+BIASLAB_COLD double stacked_rows(const Model& m, int param) {
+  const RowPlan plan = kTokenRows ? plan_rows(m, param, injective_cut(m, m.params[param].op), kRowSubsetMinFlops) : RowPlan{};
   return plan.at < 0 ? double(m.batch) * m.tokens : double(m.batch) * plan.per_sample;
 }
 
-double structural_flops_per_input(const Model& m, const ModelParam& p, bool unit_directions, double row_min_flops) {
+BIASLAB_COLD double structural_flops_per_input(const Model& m, const ModelParam& p, bool unit_directions,
+                                               double row_min_flops, int cut) {
   const double B = m.batch, T = m.tokens;
-  const int cut = trailing_cut(m, p.op);
-  const RowPlan plan = plan_rows(m, static_cast<int>(&p - m.params.data()), cut, row_min_flops);
+  if (cut < 0) cut = injective_cut(m, p.op);
+  const RowPlan plan = kTokenRows ? plan_rows(m, static_cast<int>(&p - m.params.data()), cut, row_min_flops) : RowPlan{};
   double per_direction = 0;
   // A Linear's bias followed by activations: its unit directions stay one-hot into the next
   // Linear, which then scales one weight column per token (model/jvp.cpp). Other directions
@@ -118,7 +145,7 @@ double structural_flops_per_input(const Model& m, const ModelParam& p, bool unit
   bool one_hot = unit_directions && m.ops[p.op].kind == OpKind::linear, activated = false;
   // While every token's tangent is the same (a bias's direction, through Linears and BatchNorm
   // in eval mode), the JVP carries one row per direction: such an op costs one token's work.
-  bool bc = true;
+  bool bc = m.ops[p.op].kind != OpKind::position;  // a position table enters per token
   for (int i = p.op; i < cut; ++i) {
     const Op& op = m.ops[i];
     const double F = op.in;
@@ -183,7 +210,7 @@ namespace {
 // Directions per JVP call with token rows `sub` (nullptr: every row): the chunk fits both the
 // ops before the rows' op, at every row, and the ops after it, at its rows.
 int row_chunk(const Model& m, int start, int stop, int n, int N, int count, long elements, const TokenRows* sub) {
-  if (!sub) return chunk_directions(m, start, stop, n, N, count, elements);
+  if (!kTokenRows || !sub) return chunk_directions(m, start, stop, n, N, count, elements);
   return std::min(chunk_directions(m, start, sub->at, n, N, count, elements),
                   chunk_directions(m, sub->at, stop, n, static_cast<int>(sub->rows.size()), count, elements));
 }
@@ -279,6 +306,7 @@ Vec gram_singular_values(const ColMat& M, double tau, bool* bound) {
   G.selfadjointView<Eigen::Lower>().rankUpdate(M.transpose());
   const double fro2 = M.squaredNorm();
   const double err = 2.0 * double(m + c + 8) * 0x1.0p-53 * fro2;
+#ifndef BIASLAB_LEAN_ENGINE
   if (c >= kCholeskyColumns) {
     // Wide: a Cholesky factorisation settles it at a fraction of the eigenvalues' cost. One that
     // runs to completion in floating point on G - s I has R^T R = G - s I + E with |E|_2 <=
@@ -304,6 +332,7 @@ Vec gram_singular_values(const ColMat& M, double tau, bool* bound) {
     }
     return Vec();
   }
+#endif
   Eigen::SelfAdjointEigenSolver<ColMat> es(G, Eigen::EigenvaluesOnly);
   if (es.info() != Eigen::Success) return Vec();
   const Vec& lam = es.eigenvalues();  // ascending
@@ -316,13 +345,12 @@ Vec gram_singular_values(const ColMat& M, double tau, bool* bound) {
 
 }  // namespace
 
-int StructureSolver::injective_cut(int start) {
-  for (const auto& [s, c] : cut_cache_)
-    if (s == start) return c;
-  const int end = static_cast<int>(m_.ops.size());
-  int cut = trailing_cut(m_, start);
+// Cold: once per bias; the factorisation's kernels are Eigen's own functions, not inlined here.
+BIASLAB_COLD int injective_cut(const Model& m, int start) {
+  const int end = static_cast<int>(m.ops.size());
+  int cut = trailing_cut(m, start);
   if (cut < end) {
-    const ColMat A = trailing_map(m_, start, cut);
+    const ColMat A = trailing_map(m, start, cut);
     bool injective = false;
     if (A.rows() == A.cols()) {
       injective = Eigen::PartialPivLU<ColMat>(A).rcond() > 1e-10;
@@ -332,6 +360,13 @@ int StructureSolver::injective_cut(int start) {
     }
     if (!injective) cut = end;
   }
+  return cut;
+}
+
+int StructureSolver::injective_cut(int start) {
+  for (const auto& [s, c] : cut_cache_)
+    if (s == start) return c;
+  const int cut = biaslab::injective_cut(m_, start);
   cut_cache_.push_back({start, cut});
   return cut;
 }
@@ -424,7 +459,7 @@ void compress(ColMat& R, double* flops) {
 //   eval mode: max |gain / sqrt(running_var + eps)|; softmax over features: 1 (its Jacobian
 //   diag(p) - p p^T has eigenvalues in [0, max p]); GLU act(g) * u: max |act'(g) u| |W_gate| +
 //   max |act(g)| |W_up|.
-Vec tail_bounds(const Model& m, const Trace& tr, int at, int cut) {
+[[gnu::noinline]] BIASLAB_COLD Vec tail_bounds(const Model& m, const Trace& tr, int at, int cut) {
   const Eigen::Index N = tr.inputs[0].rows();
   Vec c = Vec::Ones(N);
   struct Open {
@@ -506,15 +541,68 @@ Vec tail_bounds(const Model& m, const Trace& tr, int at, int cut) {
   return c * (1.0 + 1e-6);
 }
 
+namespace {
+
+// The squared norm per token (N) of the tangents of the directions V (each of the bias's size)
+// at the input of op `stop`, on every row of input `tr`. Kept out of line: its caller is cold.
+[[gnu::noinline]] Vec token_norms(const Model& m, const Trace& tr, int param, const std::vector<Vec>& V, int stop,
+                                  long chunk_elements, const std::function<bool()>& cancelled, bool* stopped) {
+  const Eigen::Index N = tr.inputs[0].rows();
+  const int n = static_cast<int>(m.params[param].value.size()), count = static_cast<int>(V.size());
+  Vec tok = Vec::Zero(N);
+  const int chunk = chunk_directions(m, m.params[param].op, stop, n, static_cast<int>(N), count, chunk_elements);
+  for (int a0 = 0; a0 < count; a0 += chunk) {
+    if (cancelled && cancelled()) {
+      *stopped = true;
+      return tok;
+    }
+    const int c = std::min(chunk, count - a0);
+    Seed s{param, Mat(c, n), true};
+    for (int a = 0; a < c; ++a) s.values.row(a) = V[static_cast<size_t>(a0 + a)].transpose();
+    bool bc = false;
+    const Mat t = jvp(m, tr, s, c, stop, &bc);
+    if (bc) tok.array() += t.squaredNorm();
+    else
+      for (int a = 0; a < c; ++a)
+        for (Eigen::Index r = 0; r < N; ++r) tok(r) += t.row(Eigen::Index(a) * N + r).squaredNorm();
+  }
+  return tok;
+}
+
+}  // namespace
+
+[[gnu::noinline]] BIASLAB_COLD double StructureSolver::check_rows(int param, const RowPlan& plan, int cut, const std::vector<Vec>& basis,
+                                                int inputs, double tau, const std::function<bool()>& cancelled,
+                                                double* flops, bool* computed, bool* stopped) {
+  const ModelParam& p = m_.params[param];
+  const int n = static_cast<int>(p.value.size()), start = p.op, d = static_cast<int>(basis.size());
+  const double every_row = structural_flops_per_input(m_, p, false, INFINITY, cut) * d / std::max(1, n);
+  // The bound starts where the seed has entered: at the rows' op, or after it when the seed
+  // enters there (a Linear's bias is added inside its op, whose input carries no tangent).
+  const int from = plan.at == start ? start + 1 : plan.at;
+  double sq = 0;
+  for (int k = 0; k < inputs && std::sqrt(sq) <= tau; ++k) {
+    const Trace& tr = pool_.get(k);
+    const Vec at = token_norms(m_, tr, param, basis, from, opt_.chunk_elements, cancelled, stopped);
+    if (*stopped) return sq;
+    *flops += every_row;  // at most: the ops before the rows' op, at every row
+    double b = (tail_bounds(m_, tr, from, cut).array().square() * at.array()).sum();
+    if (!(std::sqrt(sq + b) <= tau)) {
+      b = token_norms(m_, tr, param, basis, cut, opt_.chunk_elements, cancelled, stopped).sum();
+      if (*stopped) return sq;
+      *flops += every_row;
+      *computed = true;
+    }
+    sq += b;
+  }
+  return sq;
+}
+
 // 32 unit roundoffs of the output's norm: a singular value below it moves the output, for a unit
 // bias move, by about as much as rounding does.
 constexpr double kRoundingRank = 32 * 0x1.0p-53;
 
-Structure StructureSolver::solve(int param, const std::function<bool()>& cancelled) {
-  return solve_rows(param, cancelled, true);
-}
-
-Structure StructureSolver::solve_rows(int param, const std::function<bool()>& cancelled, bool token_rows) {
+Structure StructureSolver::solve(int param, const std::function<bool()>& cancelled, bool token_rows) {
   const ModelParam& p = m_.params[param];
   const int n = static_cast<int>(p.value.size());
   const int start = p.op;
@@ -525,12 +613,13 @@ Structure StructureSolver::solve_rows(int param, const std::function<bool()>& ca
   // Token rows: the rank is taken from the last plan.per_sample tokens of each sample, and the
   // null space found is checked on every row at the end.
   const double row_min = token_rows ? opt_.row_subset_min_flops : INFINITY;
-  const RowPlan plan = token_rows ? plan_rows(m_, param, cut, row_min) : RowPlan{};
+  const RowPlan plan = kTokenRows && token_rows ? plan_rows(m_, param, cut, row_min) : RowPlan{};
   std::vector<Eigen::Index> plan_idx;
-  for (int b = 0; b < m_.batch; ++b)
+  if (plan.at >= 0)
+    for (int b = 0; b < m_.batch; ++b)
     for (int t = m_.tokens - plan.per_sample; t < m_.tokens; ++t) plan_idx.push_back(Eigen::Index(b) * m_.tokens + t);
   auto rows_of = [&](const Trace& tr) {
-    return plan.at >= 0 ? std::optional<TokenRows>(take_rows(tr, plan.at, cut, plan_idx)) : std::nullopt;
+    return kTokenRows && plan.at >= 0 ? std::optional<TokenRows>(take_rows(tr, plan.at, cut, plan_idx)) : std::nullopt;
   };
   // Kinks on the tangent's way: their units' activity is tracked per input.
   std::vector<int> kinks;
@@ -541,8 +630,8 @@ Structure StructureSolver::solve_rows(int param, const std::function<bool()>& ca
   for (size_t i = 0; i < kinks.size(); ++i) active_inputs[i].assign(static_cast<size_t>(m_.ops[kinks[i]].in), 0);
   // Every unit direction of one input, and the same work for other directions (per direction:
   // / n), which do not take the one-hot path.
-  const double jvp_cost = structural_flops_per_input(m_, p, true, row_min);
-  const double dense_cost = structural_flops_per_input(m_, p, false, row_min);
+  const double jvp_cost = structural_flops_per_input(m_, p, true, row_min, cut);
+  const double dense_cost = structural_flops_per_input(m_, p, false, row_min, cut);
 
   UnionFind uf(n);
   std::map<int, Cluster> clusters;  // by union-find root
@@ -1070,11 +1159,11 @@ Structure StructureSolver::solve_rows(int param, const std::function<bool()>& ca
                     "a budget ran out before a stopping rule held (%d inputs stacked, at most %d; %.3g GFLOP spent, "
                     "budget %.3g GFLOP a bias): the rank found, %d of %d, is a lower bound that more inputs could raise",
                     inputs, opt_.max_samples, out.flops / 1e9, opt_.max_flops / 1e9, rank, n);
-    if (plan.at >= 0) {
+    if (kTokenRows && plan.at >= 0) {
       out.rows_per_sample = plan.per_sample;
       out.rows_check = "not reached";
     }
-    out.stop_note = std::string(buf) + (plan.at >= 0 ? " (from the last " + std::to_string(plan.per_sample) + " token(s) of each sample)" : "");
+    out.stop_note = std::string(buf) + (kTokenRows && plan.at >= 0 ? " (from the last " + std::to_string(plan.per_sample) + " token(s) of each sample)" : "");
     return out;
   }
 
@@ -1113,52 +1202,11 @@ Structure StructureSolver::solve_rows(int param, const std::function<bool()>& ca
   // (those ops are the cost the rows save) and far from tight but ample where V is null to
   // rounding; where it is too loose (a direction a later norm removes), J V itself is computed.
   std::string rows_note;
-  if (plan.at >= 0 && !basis.empty() && !out.input_independent) {
+  if (kTokenRows && plan.at >= 0 && !basis.empty() && !out.input_independent) {
     const int d = static_cast<int>(basis.size());
-    // Squared norm of the tangents of the directions in V per token, at the input of op `stop`.
-    auto token_sq = [&](const Trace& tr, const std::vector<Vec>& V, int stop, bool* stopped) {
-      const Eigen::Index N = tr.inputs[0].rows();
-      Vec tok = Vec::Zero(N);
-      const int count = static_cast<int>(V.size());
-      const int chunk = chunk_directions(m_, start, stop, n, static_cast<int>(N), count, opt_.chunk_elements);
-      for (int a0 = 0; a0 < count; a0 += chunk) {
-        if (cancelled && cancelled()) {
-          *stopped = true;
-          return tok;
-        }
-        const int c = std::min(chunk, count - a0);
-        Seed s{param, Mat(c, n), true};
-        for (int a = 0; a < c; ++a) s.values.row(a) = V[static_cast<size_t>(a0 + a)].transpose();
-        bool bc = false;
-        const Mat t = jvp(m_, tr, s, c, stop, &bc);
-        if (bc) tok.array() += t.squaredNorm();
-        else
-          for (int a = 0; a < c; ++a)
-            for (Eigen::Index r = 0; r < N; ++r) tok(r) += t.row(Eigen::Index(a) * N + r).squaredNorm();
-      }
-      return tok;
-    };
-    const double every_row = structural_flops_per_input(m_, p, false, INFINITY) * d / std::max(1, n);
-    // The bound starts where the seed has entered: at the rows' op, or after it when the seed
-    // enters there (a Linear's bias is added inside its op, whose input carries no tangent).
-    const int from = plan.at == start ? start + 1 : plan.at;
-    double sq = 0;
-    bool computed = false;
-    for (int k = 0; k < inputs && std::sqrt(sq) <= tau; ++k) {
-      const Trace& tr = pool_.get(k);
-      bool stopped = false;
-      const Vec at = token_sq(tr, basis, from, &stopped);
-      if (stopped) return stop_cancelled();
-      out.flops += every_row;  // at most: the ops before the rows' op, at every row
-      double b = (tail_bounds(m_, tr, from, cut).array().square() * at.array()).sum();
-      if (!(std::sqrt(sq + b) <= tau)) {
-        b = token_sq(tr, basis, cut, &stopped).sum();
-        if (stopped) return stop_cancelled();
-        out.flops += every_row;
-        computed = true;
-      }
-      sq += b;
-    }
+    bool computed = false, stopped = false;
+    const double sq = check_rows(param, plan, cut, basis, inputs, tau, cancelled, &out.flops, &computed, &stopped);
+    if (stopped) return stop_cancelled();
     if (!(std::sqrt(sq) <= tau)) {
       // Every row has rank the tokens' rows missed: rank from every row, if that fits.
       const int w = cut < static_cast<int>(m_.ops.size()) ? m_.ops[cut].in : m_.out_features;
@@ -1180,7 +1228,7 @@ Structure StructureSolver::solve_rows(int param, const std::function<bool()>& ca
         out.rows_check = "failed";
         return out;
       }
-      Structure again = solve_rows(param, cancelled, false);
+      Structure again = solve(param, cancelled, false);
       again.flops += out.flops;
       return again;
     }
@@ -1194,7 +1242,7 @@ Structure StructureSolver::solve_rows(int param, const std::function<bool()>& ca
                   "token of the %d input(s) (%s): their tangents stay within the threshold",
                   plan.per_sample, d, inputs, computed ? "computed" : "bounded through the per-token layers");
     rows_note = buf;
-  } else if (plan.at >= 0 && basis.empty()) {
+  } else if (kTokenRows && plan.at >= 0 && basis.empty()) {
     rows_note = "; ranked from the last " + std::to_string(plan.per_sample) +
                 " token(s) of each sample (full rank there is full rank on every row)";
     out.rows_per_sample = plan.per_sample;

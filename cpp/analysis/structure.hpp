@@ -17,6 +17,7 @@
 #include <functional>
 #include <vector>
 
+#include "core/json.hpp"
 #include "model/jvp.hpp"
 
 namespace biaslab {
@@ -62,6 +63,9 @@ struct RowPlan {
 // every earlier token through causal attention), taken only when that is at most half the
 // tokens and the per-token ops would cost at least `min_flops` per input over every row.
 RowPlan plan_rows(const Model& m, int param, int cut, double min_flops);
+// Whether this module has token rows and the Cholesky certificate: the page's first-load engine
+// has neither, and hands on a config that would use them (analyze()).
+bool token_rows_linked();
 // The rows of one input's Jacobian the structure stacks for bias `param` (the plan's, or N).
 double stacked_rows(const Model& m, int param);
 
@@ -72,12 +76,15 @@ double stacked_rows(const Model& m, int param);
 Vec tail_bounds(const Model& m, const Trace& tr, int at, int cut);
 
 // The estimated float64 work of the JVPs of one input for every direction of bias `p`: through
-// every op after the bias up to the trailing linear maps the structure skips, at the plan's rows
-// for `row_min_flops` (infinity: every row).
+// every op after the bias up to `cut` (-1: injective_cut, where the structure takes it), at the
+// plan's rows for `row_min_flops` (infinity: every row).
 // `unit_directions`: for the bias's unit directions, which stay one-hot through an activation
 // after a Linear's bias (model/jvp.cpp); false: for any other directions.
 double structural_flops_per_input(const Model& m, const ModelParam& p, bool unit_directions = true,
-                                  double row_min_flops = kRowSubsetMinFlops);
+                                  double row_min_flops = kRowSubsetMinFlops, int cut = -1);
+// The op where the structure takes the bias's Jacobian (cut -1 above): before the trailing
+// per-token linear maps (jvp.hpp, trailing_cut) when they are injective, else the output.
+int injective_cut(const Model& m, int start);
 
 // Directions per JVP call (of `count`, seeded at op `start`, n entries each, N tokens, taken to
 // op `stop`): a chunk of tangents holds at most about `elements` doubles at the widest op on the
@@ -154,17 +161,26 @@ struct Structure {
   std::string stop_note;            // the rule that ended the loop, in a sentence
 };
 
+// The row's structure.token_rows and structure.sigma_bounds in the report (nothing where this
+// module has no token rows).
+void token_rows_json(const Structure& st, Json& structure);
+
 // Caches per-analysis work shared by biases (trailing maps and their injectivity).
 class StructureSolver {
  public:
   StructureSolver(const Model& m, TracePool& pool, StructureOptions opt = {})
       : m_(m), pool_(pool), opt_(opt) {}
-  Structure solve(int param, const std::function<bool()>& cancelled = {});
+  // token_rows false: every row is ranked (StructureOptions::row_subset_min_flops never applies).
+  Structure solve(int param, const std::function<bool()>& cancelled = {}, bool token_rows = true);
   const StructureOptions& options() const { return opt_; }
 
  private:
-  Structure solve_rows(int param, const std::function<bool()>& cancelled, bool token_rows);
   int injective_cut(int start);
+  // The token rows' check (solve): the squared bound on |J V|_F over every row of the first
+  // `inputs` inputs, for the null basis V found from the rows; *computed when some input's
+  // tangents had to be computed, the bound being too loose.
+  double check_rows(int param, const RowPlan& plan, int cut, const std::vector<Vec>& basis, int inputs, double tau,
+                    const std::function<bool()>& cancelled, double* flops, bool* computed, bool* stopped);
   const Model& m_;
   TracePool& pool_;
   StructureOptions opt_;

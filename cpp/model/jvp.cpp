@@ -158,7 +158,12 @@ TokenRows take_rows(const Trace& trace, int at, int stop, std::vector<Eigen::Ind
   TokenRows t;
   t.at = at;
   t.rows = std::move(rows);
-  for (int i = at; i < stop; ++i) t.inputs.push_back(trace.inputs[static_cast<size_t>(i)](t.rows, Eigen::all));
+  for (int i = at; i < stop; ++i) {
+    const Mat& x = trace.inputs[static_cast<size_t>(i)];
+    Mat rows(static_cast<Eigen::Index>(t.rows.size()), x.cols());
+    for (size_t j = 0; j < t.rows.size(); ++j) rows.row(static_cast<Eigen::Index>(j)) = x.row(t.rows[j]);
+    t.inputs.push_back(std::move(rows));
+  }
   return t;
 }
 
@@ -205,6 +210,7 @@ Mat jvp(const Model& m, const Trace& trace, const Seed& seed, int n, int stop, b
   };
   for (int i = start; i < stop; ++i) {
     const Op& op = m.ops[i];
+#ifndef BIASLAB_LEAN_ENGINE  // (the page's first-load engine has no token rows: sub is null)
     if (sub && i == sub->at) {
       take(d);
       for (Skip& s : skips) {
@@ -220,7 +226,12 @@ Mat jvp(const Model& m, const Trace& trace, const Seed& seed, int n, int stop, b
       }
       N = static_cast<Eigen::Index>(sub->rows.size());
     }
+#endif
+#ifndef BIASLAB_LEAN_ENGINE
     const Mat& x = sub && i >= sub->at ? sub->inputs[static_cast<size_t>(i - sub->at)] : trace.inputs[i];
+#else
+    const Mat& x = trace.inputs[i];
+#endif
     if (op.kind == OpKind::activation && hot) {
       one_hot_scale(*hot, derivative_at(*op.act, x, hot->col));
       continue;
