@@ -404,7 +404,7 @@ TEST_CASE("jvp: a chunk of directions is sized by the widest op on its way, not 
   CHECK(chunk_directions(s.model, 0, 2, 45, 8, 45, elements) == 45);
 }
 
-TEST_CASE("jvp: token rows give those rows of every tangent, and the tail bound holds on every token") {
+TEST_CASE("jvp: token rows give those rows of every tangent, through a shared tail too, and the tail bound holds on every token") {
   // plan_rows picks the op after the last one that mixes tokens; from there jvp() may carry only
   // some tokens' rows. Those rows must be the full tangent's rows (the same ops on fewer rows,
   // to rounding of a product with fewer rows). And tail_bounds must bound every token's stretch
@@ -424,7 +424,7 @@ TEST_CASE("jvp: token rows give those rows of every tangent, and the tail bound 
       R"({"type": "linear"}, {"type": "residual", "body": [{"type": "attention", "num_heads": 2}]}, {"type": "layernorm"},
          {"type": "parallel", "branches": [[{"type": "linear"}, {"type": "relu"}], [{"type": "batchnorm", "mode": "eval"}, {"type": "tanh"}]]},
          {"type": "softmax"}, {"type": "linear", "out_features": 5}, {"type": "silu"})"};
-  int planned = 0;
+  int planned = 0, tails = 0;
   for (const char* layers : stacks) {
     CAPTURE(layers);
     auto b = build(net(2, 8, 8, layers));
@@ -463,6 +463,21 @@ TEST_CASE("jvp: token rows give those rows of every tangent, and the tail bound 
         for (Eigen::Index j = 0; j < k; ++j)
           err = std::max(err, (part.row(a * k + j) - full.row(a * N + rows[static_cast<size_t>(j)])).cwiseAbs().maxCoeff());
       CHECK_LE_TOL(err, 1e-12 * std::max(1.0, full.cwiseAbs().maxCoeff()), "max |jvp on token rows - those rows of jvp|");
+      // A shared tail (tail_jacobian) from any op after the seed's and from the rows' op on: the
+      // same rows. Where an open block's skip carries a tangent past that op, jvp() must run the
+      // ops instead; the matrices are made in chunks of one direction on odd ops.
+      for (int q = std::max(plan.at, p.op + 1); q < end; ++q) {
+        CAPTURE(q);
+        const std::vector<Mat> A = tail_jacobian(m, trace, take_rows(trace, q, end, rows), q, end, q % 2 ? 1 : 1L << 20);
+        TokenRows with = sub;
+        with.tail_at = q;
+        with.tail = &A;
+        const Mat via = jvp(m, trace, seed, n, end, nullptr, &with);
+        REQUIRE(via.rows() == n * k);
+        CHECK_LE_TOL(test::max_abs_diff(via, part), 1e-12 * std::max(1.0, full.cwiseAbs().maxCoeff()),
+                     "max |jvp through a shared tail - jvp op by op|, on the rows");
+        ++tails;
+      }
       // The bound, from where the seed has entered (after its op when the rows start there).
       const int from = plan.at == p.op ? p.op + 1 : plan.at;
       const Mat mid = jvp(m, trace, seed, n, from);
@@ -477,4 +492,5 @@ TEST_CASE("jvp: token rows give those rows of every tangent, and the tail bound 
     }
   }
   CHECK(planned >= 8);
+  CHECK(tails >= 20);
 }

@@ -230,7 +230,7 @@ TEST_CASE("structure: where a ReLU decided the stop, null directions that a fini
 // Token rows (analysis/structure.hpp, plan_rows): after the last op that mixes tokens, the rank
 // is first taken from the last tokens of each sample, a lower bound, and the null space found
 // there is checked on every row. On stacks where the rows apply, forcing them (no minimum work)
-// must give every bias the answer that every row gives.
+// must give every bias the answer that every row gives, with shared tails where they apply.
 TEST_CASE("structure: token rows give every bias the answer every row gives") {
   const char* stacks[] = {
       R"({"type":"residual","body":[{"type":"layernorm"},{"type":"attention","num_heads":2,"causal":true}]},
@@ -244,7 +244,7 @@ TEST_CASE("structure: token rows give every bias the answer every row gives") {
       R"({"type":"linear"},{"type":"residual","body":[{"type":"attention","num_heads":2,"causal":true}]},
          {"type":"parallel","branches":[[{"type":"layernorm"},{"type":"linear"}],[{"type":"rmsnorm"},{"type":"tanh"}]]},
          {"type":"softmax"})"};
-  int rows_used = 0, checked_null = 0;
+  int rows_used = 0, checked_null = 0, tails_used = 0;
   for (const char* layers : stacks)
     for (int seed = 1; seed <= 2; ++seed) {
       const std::string cfg = stack(seed, shape(2, 8, 8), layers);
@@ -260,6 +260,7 @@ TEST_CASE("structure: token rows give every bias the answer every row gives") {
         CHECK(a.determined == e.determined);
         CHECK(a.redundant_dim == e.redundant_dim);
         rows_used += a.rows_per_sample > 0;
+        tails_used += a.tail_at >= 0;
         checked_null += a.rows_per_sample > 0 && a.redundant_dim > 0;
         if (a.rows_per_sample > 0 && a.redundant_dim > 0) {
           // The null space found from the rows is null on every row: J V over every token.
@@ -272,6 +273,7 @@ TEST_CASE("structure: token rows give every bias the answer every row gives") {
     }
   CHECK(rows_used >= 12);
   CHECK(checked_null >= 4);
+  CHECK(tails_used >= 8);  // shared tails (StructureSolver::tail_point) among them
 }
 
 // A null space that the last tokens have and the first does not: a causal convolution of kernel

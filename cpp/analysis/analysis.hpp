@@ -153,7 +153,9 @@ constexpr double kMaxJacobianEntries = StructureOptions{}.max_jacobian_entries;
 // (refused up front above this); a bias whose rank needs more inputs has a budget of its own
 // at run time (StructureOptions::max_flops) and says so in its row when it runs out.
 constexpr double kMaxStructuralFlops = 4e11;  // about 40 s natively, 2 min in wasm
-double structural_flops(const Model& m, const ModelParam& p);
+// `cut`: where the structure takes the bias's Jacobian (StructureSolver::injective_cut; -1:
+// computed again).
+double structural_flops(const Model& m, const ModelParam& p, int cut = -1);
 
 // Everything the analyses found; the parts the options turned off are empty.
 struct Results {

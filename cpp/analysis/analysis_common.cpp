@@ -61,6 +61,8 @@ std::string json_path(const std::string& dotted) {
   return out;
 }
 
-double structural_flops(const Model& m, const ModelParam& p) { return 3.0 * structural_flops_per_input(m, p); }
+double structural_flops(const Model& m, const ModelParam& p, int cut) {
+  return 3.0 * structural_flops_per_input(m, p, true, kRowSubsetMinFlops, cut);
+}
 
 }  // namespace biaslab::analysis

@@ -27,7 +27,7 @@ using namespace analysis;
 // *wants_rows: some bias could use token rows or the Cholesky certificate (work over their
 // threshold on every row where this module has none, structural_flops counting 3 inputs; or
 // 512 directions).
-BIASLAB_COLD std::optional<Error> check_work(const Model& m, bool* wants_rows) {
+BIASLAB_COLD std::optional<Error> check_work(const Model& m, StructureSolver& solver, bool* wants_rows) {
   for (const ModelParam& p : m.params) {
     if (!is_bias_like(p.role)) continue;
     // The structure stacks the Jacobian at the output, or before trailing per-token linear maps
@@ -36,7 +36,7 @@ BIASLAB_COLD std::optional<Error> check_work(const Model& m, bool* wants_rows) {
     const double width = m.out_features;
     // Token rows (plan_rows): only some tokens' rows are stacked, unless their check fails (then
     // the structure ranks every row only if that fits this limit).
-    const double rows = stacked_rows(m, static_cast<int>(&p - m.params.data()));
+    const double rows = stacked_rows(m, static_cast<int>(&p - m.params.data()), solver.injective_cut(p.op));
     const double entries = double(p.value.size()) * rows * width;
     if (entries > kMaxJacobianEntries) {
       char buf[320];
@@ -52,7 +52,7 @@ BIASLAB_COLD std::optional<Error> check_work(const Model& m, bool* wants_rows) {
   double flops = 0;
   for (const ModelParam& p : m.params)
     if (is_bias_like(p.role)) {
-      const double f = structural_flops(m, p);
+      const double f = structural_flops(m, p, solver.injective_cut(p.op));
       flops += f;
       *wants_rows = *wants_rows || f >= 3 * kRowSubsetMinFlops || p.value.size() >= 512;
     }
@@ -96,8 +96,10 @@ BIASLAB_COLD json analyze(const ExperimentConfig& cfg, const AnalyzeOptions& opt
       c.net = build_network(cfg);
       sync_network(c.net);
       c.model = compile(c.net);
+      c.pool = std::make_unique<TracePool>(c.model, cfg);  // (draws nothing until asked)
+      c.solver = std::make_unique<StructureSolver>(c.model, *c.pool, c.opt.structure);
       bool wants_rows = false;
-      if (const auto e = check_work(c.model, &wants_rows)) return error_json(*e);
+      if (const auto e = check_work(c.model, *c.solver, &wants_rows)) return error_json(*e);
       // Nor token rows and the Cholesky certificate (structure.hpp): a config that could use them
       // goes to the engine that has them too.
       if (wants_rows && !token_rows_linked()) hand_on = "this config needs the engine with token rows";
@@ -109,8 +111,6 @@ BIASLAB_COLD json analyze(const ExperimentConfig& cfg, const AnalyzeOptions& opt
     }
     c.x = draw_input(cfg, 0);
     c.ev = std::make_unique<Evaluator>(c.model, c.x);
-    c.pool = std::make_unique<TracePool>(c.model, cfg);
-    c.solver = std::make_unique<StructureSolver>(c.model, *c.pool, c.opt.structure);
     for (size_t i = 0; i < c.model.params.size(); ++i)
       if (is_bias_like(c.model.params[i].role)) c.bias_params.push_back(static_cast<int>(i));
 

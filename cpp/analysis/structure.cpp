@@ -128,8 +128,9 @@ BIASLAB_COLD RowPlan plan_rows(const Model& m, int param, int cut, double min_fl
   return plan;
 }
 
-BIASLAB_COLD double stacked_rows(const Model& m, int param) {
-  const RowPlan plan = kTokenRows ? plan_rows(m, param, injective_cut(m, m.params[param].op), kRowSubsetMinFlops) : RowPlan{};
+BIASLAB_COLD double stacked_rows(const Model& m, int param, int cut) {
+  if (kTokenRows && cut < 0) cut = injective_cut(m, m.params[param].op);
+  const RowPlan plan = kTokenRows ? plan_rows(m, param, cut, kRowSubsetMinFlops) : RowPlan{};
   return plan.at < 0 ? double(m.batch) * m.tokens : double(m.batch) * plan.per_sample;
 }
 
@@ -369,6 +370,81 @@ int StructureSolver::injective_cut(int start) {
   const int cut = biaslab::injective_cut(m_, start);
   cut_cache_.push_back({start, cut});
   return cut;
+}
+
+namespace {
+
+// The first op from `at` on, after the bias's own op `start` (its seed enters there), that a
+// shared tail can start at: past Linears that do not widen the tangent and the ends of residual
+// blocks (plan_rows left none open whose skip carries a tangent of the bias), so that biases
+// whose rows start a little apart meet at the same op.
+int tail_start(const Model& m, int start, int at, int cut) {
+  int p = std::max(at, start + 1);
+  for (; p < cut; ++p) {
+    const Op& op = m.ops[static_cast<size_t>(p)];
+    const bool pass = (op.kind == OpKind::linear && op.out <= op.in) || (op.kind == OpKind::residual_end && !op.parallel);
+    if (!pass) break;
+  }
+  return p;
+}
+
+// A shared tail's memory (its matrices, over every input and row).
+constexpr double kTailBytes = 256.0 * 1024 * 1024;
+
+}  // namespace
+
+BIASLAB_COLD int StructureSolver::tail_point(int param, const RowPlan& plan, int cut) {
+  if (!kTokenRows || !opt_.shared_tails || plan.at < 0) return -1;
+  const int p = tail_start(m_, m_.params[static_cast<size_t>(param)].op, plan.at, cut);
+  if (p >= cut) return -1;
+  const int end = static_cast<int>(m_.ops.size());
+  const double w_p = m_.ops[static_cast<size_t>(p)].in, w_cut = cut < end ? m_.ops[static_cast<size_t>(cut)].in : m_.out_features;
+  // A matrix per row pays off where applying it costs at most a quarter of the ops it stands for.
+  double per_token = 0;
+  for (int i = p; i < cut; ++i) {
+    const Op& op = m_.ops[static_cast<size_t>(i)];
+    if (op.kind == OpKind::linear) per_token += 2.0 * op.in * op.out;
+    else if (op.kind == OpKind::glu) per_token += 4.0 * op.in * op.out + 10.0 * op.out;
+    else per_token += 10.0 * op.in;
+  }
+  if (per_token < 8.0 * w_p * w_cut) return -1;
+  // ... and where the biases that pass op p have more directions between them than its width
+  // (making the matrices costs as much as that many directions through the ops).
+  double demand = 0;
+  for (int q = 0; q < static_cast<int>(m_.params.size()); ++q) {
+    const ModelParam& mp = m_.params[static_cast<size_t>(q)];
+    if (!is_bias_like(mp.role)) continue;
+    const int qcut = injective_cut(mp.op);
+    if (qcut != cut) continue;
+    const RowPlan qp = q == param ? plan : plan_rows(m_, q, qcut, opt_.row_subset_min_flops);
+    if (qp.at >= 0 && tail_start(m_, mp.op, qp.at, qcut) == p) demand += double(mp.value.size());
+  }
+  return demand >= 1.5 * w_p ? p : -1;
+}
+
+std::vector<Mat> StructureSolver::tail_rows(int k, const Trace& tr, const TokenRows& sub, int p, int cut) {
+#ifdef BIASLAB_LEAN_ENGINE
+  return {};  // (no token rows: tail_point is -1)
+#else
+  std::map<Eigen::Index, Mat>& cache = tails_[{k, p, cut}];
+  std::vector<Eigen::Index> missing;
+  for (Eigen::Index r : sub.rows)
+    if (!cache.count(r)) missing.push_back(r);
+  std::map<Eigen::Index, Mat> made;
+  if (!missing.empty()) {
+    std::vector<Mat> A = tail_jacobian(m_, tr, take_rows(tr, p, cut, missing), p, cut, opt_.chunk_elements);
+    const double bytes = double(A[0].size()) * sizeof(double) * double(A.size());
+    for (size_t j = 0; j < missing.size(); ++j) made[missing[j]] = std::move(A[j]);
+    if (tail_bytes_ + bytes <= kTailBytes) {  // else used for this bias alone
+      tail_bytes_ += bytes;
+      cache.merge(made);
+    }
+  }
+  std::vector<Mat> out;
+  out.reserve(sub.rows.size());
+  for (Eigen::Index r : sub.rows) out.push_back(made.count(r) ? made.at(r) : cache.at(r));
+  return out;
+#endif
 }
 
 namespace {
@@ -618,8 +694,19 @@ Structure StructureSolver::solve(int param, const std::function<bool()>& cancell
   if (plan.at >= 0)
     for (int b = 0; b < m_.batch; ++b)
     for (int t = m_.tokens - plan.per_sample; t < m_.tokens; ++t) plan_idx.push_back(Eigen::Index(b) * m_.tokens + t);
-  auto rows_of = [&](const Trace& tr) {
-    return kTokenRows && plan.at >= 0 ? std::optional<TokenRows>(take_rows(tr, plan.at, cut, plan_idx)) : std::nullopt;
+  // A shared tail from op tail_p on (tail_point), its matrices for the current input in `tail`.
+  const int tail_p = tail_point(param, plan, cut);
+  out.tail_at = tail_p;
+  std::vector<Mat> tail;
+  auto rows_of = [&](const Trace& tr, int k) {
+    if (!kTokenRows || plan.at < 0) return std::optional<TokenRows>();
+    std::optional<TokenRows> t(take_rows(tr, plan.at, cut, plan_idx));
+    if (tail_p >= 0) {
+      tail = tail_rows(k, tr, *t, tail_p, cut);
+      t->tail_at = tail_p;
+      t->tail = &tail;
+    }
+    return t;
   };
   // Kinks on the tangent's way: their units' activity is tracked per input.
   std::vector<int> kinks;
@@ -1040,7 +1127,7 @@ Structure StructureSolver::solve(int param, const std::function<bool()>& cancell
           }
       }
       bool have_cols = false;
-      const std::optional<TokenRows> sub = rows_of(tr);
+      const std::optional<TokenRows> sub = rows_of(tr, inputs - 1);
       const TokenRows* subp = sub ? &*sub : nullptr;
       if (confirm_mode) {
         if (!null_ready) prepare_null();

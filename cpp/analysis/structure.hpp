@@ -14,7 +14,9 @@
 // the end) has a Jacobian 1_N (x) V that is the same for every input: V is ranked once.
 #pragma once
 
+#include <array>
 #include <functional>
+#include <map>
 #include <vector>
 
 #include "core/json.hpp"
@@ -66,8 +68,9 @@ RowPlan plan_rows(const Model& m, int param, int cut, double min_flops);
 // Whether this module has token rows and the Cholesky certificate: the page's first-load engine
 // has neither, and hands on a config that would use them (analyze()).
 bool token_rows_linked();
-// The rows of one input's Jacobian the structure stacks for bias `param` (the plan's, or N).
-double stacked_rows(const Model& m, int param);
+// The rows of one input's Jacobian the structure stacks for bias `param` (the plan's, or N),
+// with its Jacobian at op `cut` (-1: injective_cut, computed again: pass the solver's).
+double stacked_rows(const Model& m, int param, int cut = -1);
 
 // For every token t of input `tr`, a bound L(t) on how far the per-token ops [at, cut) can
 // stretch a tangent of token t at op `at` (the input of op at): |tangent of t at cut| <=
@@ -118,6 +121,9 @@ struct StructureOptions {
   // per-token ops (a product of each op's largest stretch) or computed, must stay within the
   // null threshold; else the bias is ranked again from every row.
   double row_subset_min_flops = kRowSubsetMinFlops;
+  // Token rows of several biases that reach the same op take the per-token ops after it as one
+  // matrix per row, made once per input (StructureSolver::tail_point). Off: op by op, always.
+  bool shared_tails = true;
   // The largest Jacobian of one input the structure stacks (entries), as analyze() checks up
   // front; ranking every row after a failed check on token rows would exceed it: undetermined.
   double max_jacobian_entries = 64.0 * 1024 * 1024;
@@ -149,6 +155,7 @@ struct Structure {
   double rarest_unit_rate = 1;      // of units some input activated: the smallest share of inputs
   double flops = 0;                 // work spent (estimated)
   int rows_per_sample = 0;          // token rows (plan_rows) the rank was taken from; 0: every row
+  int tail_at = -1;                 // the op a shared tail took the rows' tangents from (-1: none)
   // How the null space found from them was checked on every row: "bound" (through the per-token
   // layers), "computed" (its tangents), "none" (full rank: no check needed), "not reached" (a
   // budget ran out first: the rank is a lower bound anyway), "failed" (the rows missed rank,
@@ -173,18 +180,29 @@ class StructureSolver {
   // token_rows false: every row is ranked (StructureOptions::row_subset_min_flops never applies).
   Structure solve(int param, const std::function<bool()>& cancelled = {}, bool token_rows = true);
   const StructureOptions& options() const { return opt_; }
+  // injective_cut(m, start), once per start: its injectivity test factors the trailing map (an
+  // LU of the output's width), which the estimates and the report need for every bias too.
+  int injective_cut(int start);
 
  private:
-  int injective_cut(int start);
   // The token rows' check (solve): the squared bound on |J V|_F over every row of the first
   // `inputs` inputs, for the null basis V found from the rows; *computed when some input's
   // tangents had to be computed, the bound being too loose.
   double check_rows(int param, const RowPlan& plan, int cut, const std::vector<Vec>& basis, int inputs, double tau,
                     const std::function<bool()>& cancelled, double* flops, bool* computed, bool* stopped);
+  // Shared tails: where the token rows of several biases reach the same op p before their cut,
+  // and the per-token ops [p, cut) cost far more than a matrix per row, that matrix
+  // (tail_jacobian) is made once per input and row and applied to every bias's tangents at p.
+  // tail_point: p for bias `param` with this plan and cut, or -1 (no shared tail).
+  int tail_point(int param, const RowPlan& plan, int cut);
+  // The matrices of input k's rows `sub.rows` (made on the first request; kept while they fit).
+  std::vector<Mat> tail_rows(int k, const Trace& tr, const TokenRows& sub, int p, int cut);
   const Model& m_;
   TracePool& pool_;
   StructureOptions opt_;
   std::vector<std::pair<int, int>> cut_cache_;  // (start, usable cut)
+  std::map<std::array<int, 3>, std::map<Eigen::Index, Mat>> tails_;  // (input, p, cut) -> row -> map
+  double tail_bytes_ = 0;
 };
 
 }  // namespace biaslab

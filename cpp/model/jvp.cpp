@@ -178,10 +178,14 @@ Mat gather_rows(const Mat& v, Eigen::Index N, const std::vector<Eigen::Index>& r
 }
 }  // namespace
 
-Mat jvp(const Model& m, const Trace& trace, const Seed& seed, int n, int stop, bool* broadcast, const TokenRows* sub) {
-  const int start = m.params[seed.param].op;
-  if (sub && !seed.broadcast) throw std::invalid_argument("jvp: token rows need a broadcast seed");
-  Eigen::Index N = trace.inputs[0].rows();
+namespace {
+
+// jvp() from op `start` on. With `init` (tokens rows only: `sub` set and start >= sub->at), that
+// tangent enters op `start` and no seed is added (seed.param = -1): the per-token map of ops
+// [start, stop) applied to it (tail_jacobian).
+Mat run_jvp(const Model& m, const Trace& trace, const Seed& seed, int n, int start, int stop, bool* broadcast,
+            const TokenRows* sub, const Mat* init) {
+  Eigen::Index N = init ? static_cast<Eigen::Index>(sub->rows.size()) : trace.inputs[0].rows();
   // Open blocks: the tangent of the input and, for a parallel block, of the running sum of
   // finished branches (model/forward.cpp); blocks opened before `start` carry no tangent.
   struct Skip {
@@ -194,6 +198,7 @@ Mat jvp(const Model& m, const Trace& trace, const Seed& seed, int n, int stop, b
     if (m.ops[i].kind == OpKind::residual_end) skips.pop_back();
   }
   std::optional<Tangent> d;  // nullopt: exactly zero
+  if (init) d = Tangent{*init, false};
   auto add_seed = [&](int p) {
     if (p < 0 || p != seed.param) return;
     const Tangent s{seed.values, seed.broadcast};
@@ -211,7 +216,7 @@ Mat jvp(const Model& m, const Trace& trace, const Seed& seed, int n, int stop, b
   for (int i = start; i < stop; ++i) {
     const Op& op = m.ops[i];
 #ifndef BIASLAB_LEAN_ENGINE  // (the page's first-load engine has no token rows: sub is null)
-    if (sub && i == sub->at) {
+    if (sub && i == sub->at && !init) {
       take(d);
       for (Skip& s : skips) {
         take(s.input);
@@ -225,6 +230,33 @@ Mat jvp(const Model& m, const Trace& trace, const Seed& seed, int n, int stop, b
         hot->s = std::move(s);
       }
       N = static_cast<Eigen::Index>(sub->rows.size());
+    }
+    // From sub->tail_at on, the ops' per-token map is known (TokenRows::tail): it applies to the
+    // tangent entering there when that is the only one (no open block's skip carries one).
+    if (sub && sub->tail && i == sub->tail_at && i >= sub->at && !init && sub->tail->size() == sub->rows.size() &&
+        std::none_of(skips.begin(), skips.end(), [](const Skip& s) { return s.input || s.sum; })) {
+      if (hot) {
+        d = Tangent{one_hot_dense(*hot, N, op.in), false};
+        hot.reset();
+      }
+      const Eigen::Index k = N;
+      const Eigen::Index w = (*sub->tail)[0].rows();
+      Mat out = Mat::Zero(Eigen::Index(n) * k, w);
+      if (d) {
+        Mat g(n, d->v.cols());
+        for (Eigen::Index j = 0; j < k; ++j) {
+          const Mat& A = (*sub->tail)[static_cast<size_t>(j)];
+          if (d->broadcast) {
+            g = d->v;
+          } else {
+            for (Eigen::Index a = 0; a < n; ++a) g.row(a) = d->v.row(a * k + j);
+          }
+          const Mat y = g * A.transpose();
+          for (Eigen::Index a = 0; a < n; ++a) out.row(a * k + j) = y.row(a);
+        }
+      }
+      d = Tangent{std::move(out), false};
+      break;
     }
 #endif
 #ifndef BIASLAB_LEAN_ENGINE
@@ -312,6 +344,40 @@ Mat jvp(const Model& m, const Trace& trace, const Seed& seed, int n, int stop, b
   if (!d) return Mat::Zero(Eigen::Index(n) * N, width);
   return d->broadcast ? expand(d->v, N) : std::move(d->v);
 }
+
+}  // namespace
+
+Mat jvp(const Model& m, const Trace& trace, const Seed& seed, int n, int stop, bool* broadcast, const TokenRows* sub) {
+  if (sub && !seed.broadcast) throw std::invalid_argument("jvp: token rows need a broadcast seed");
+  return run_jvp(m, trace, seed, n, m.params[seed.param].op, stop, broadcast, sub, nullptr);
+}
+
+#ifndef BIASLAB_LEAN_ENGINE
+std::vector<Mat> tail_jacobian(const Model& m, const Trace& trace, const TokenRows& sub, int from, int stop,
+                               long chunk_elements) {
+  if (from < sub.at || from > stop) throw std::invalid_argument("tail_jacobian: from outside the rows' ops");
+  const Eigen::Index k = static_cast<Eigen::Index>(sub.rows.size());
+  const int w_in = m.ops[static_cast<size_t>(from)].in;
+  const int w_out = stop < static_cast<int>(m.ops.size()) ? m.ops[static_cast<size_t>(stop)].in : m.out_features;
+  std::vector<Mat> A(static_cast<size_t>(k), Mat(w_out, w_in));
+  const Seed none{-1, Mat(), true};
+  long widest = std::max(w_in, w_out);
+  for (int i = from; i < stop; ++i) widest = std::max<long>(widest, m.ops[static_cast<size_t>(i)].out);
+  const int chunk = static_cast<int>(std::max<long>(1, std::min<long>(w_in, chunk_elements / std::max<long>(1, k * widest))));
+  for (int a0 = 0; a0 < w_in; a0 += chunk) {
+    const int c = std::min(chunk, w_in - a0);
+    // Direction a is the unit vector e_(a0 + a) on every row: row a * k + j of the result is
+    // column a0 + a of row j's map.
+    Mat init = Mat::Zero(Eigen::Index(c) * k, w_in);
+    for (int a = 0; a < c; ++a)
+      for (Eigen::Index j = 0; j < k; ++j) init(Eigen::Index(a) * k + j, a0 + a) = 1.0;
+    const Mat y = run_jvp(m, trace, none, c, from, stop, nullptr, &sub, &init);
+    for (int a = 0; a < c; ++a)
+      for (Eigen::Index j = 0; j < k; ++j) A[static_cast<size_t>(j)].col(a0 + a) = y.row(Eigen::Index(a) * k + j).transpose();
+  }
+  return A;
+}
+#endif
 
 Eigen::Index seed_rows(const Model& m, int param, Eigen::Index N) {
   const Op& op = m.ops[static_cast<size_t>(m.params[static_cast<size_t>(param)].op)];

@@ -25,6 +25,12 @@ struct TokenRows {
   int at = 0;
   std::vector<Eigen::Index> rows;  // ascending indices into the N rows
   std::vector<Mat> inputs;         // inputs[i - at]: rows `rows` of trace.inputs[i]
+  // Optional: the ops [tail_at, stop) of the jvp() as one matrix per row, (*tail)[j] of shape
+  // (width at stop, width at tail_at) (tail_jacobian). From op tail_at on, the tangent is that
+  // map applied to the one entering there, instead of the ops one by one, when no open block's
+  // skip carries a tangent past tail_at (else the ops run as usual).
+  int tail_at = -1;
+  const std::vector<Mat>* tail = nullptr;
 };
 // The rows of `trace` for ops [at, stop).
 TokenRows take_rows(const Trace& trace, int at, int stop, std::vector<Eigen::Index> rows);
@@ -39,6 +45,14 @@ bool acts_per_token(const Op& op);
 // and *broadcast is set; the tangent then does not depend on the input at all.
 Mat jvp(const Model& m, const Trace& trace, const Seed& seed, int n, int stop, bool* broadcast = nullptr,
         const TokenRows* rows = nullptr);
+
+// The per-token Jacobian of ops [from, stop) at each of sub's rows (sub.at <= from <= stop):
+// A[j] (width at stop, width at from) maps a tangent of row j entering op `from`, with no open
+// block's skip carrying one, to its tangent at `stop`. Costs what the width at `from` of unit
+// directions cost through those ops; pays off where several biases' tangents pass op `from`.
+// Directions go through in chunks of at most `chunk_elements` doubles per intermediate.
+std::vector<Mat> tail_jacobian(const Model& m, const Trace& trace, const TokenRows& sub, int from, int stop,
+                               long chunk_elements);
 
 // The rows of one direction of a per-token seed on `param` (Seed::values, not broadcast): the N
 // input rows, or the context's B * context_tokens for the key/value side of cross-attention

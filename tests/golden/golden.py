@@ -37,8 +37,10 @@ CORPUS = os.path.join(HERE, "corpus.json")
 REPORTS = os.path.join(HERE, "reports.json.gz")
 DROPPED = ("timing_ms",)  # wall-clock fields: the only ones allowed to differ
 RTOL = 1e-6
+# (The sweep's delta_redundant and noise_floor_redundant are the output's change along a null
+# direction and its floor: rounding too, and the null basis itself is only fixed to rounding.)
 ROUNDING_FIELDS = {"null_sigma_max", "max_abs_delta", "mean_abs_delta", "rel_delta", "noise_floor",
-                   "output_rounding", "delta"}
+                   "output_rounding", "delta", "delta_redundant", "noise_floor_redundant"}
 ROUNDING_FACTOR = 2.0
 
 
