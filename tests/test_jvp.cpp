@@ -464,8 +464,12 @@ TEST_CASE("jvp: token rows give those rows of every tangent, through a shared ta
           err = std::max(err, (part.row(a * k + j) - full.row(a * N + rows[static_cast<size_t>(j)])).cwiseAbs().maxCoeff());
       CHECK_LE_TOL(err, 1e-12 * std::max(1.0, full.cwiseAbs().maxCoeff()), "max |jvp on token rows - those rows of jvp|");
       // A shared tail (tail_jacobian) from any op after the seed's and from the rows' op on: the
-      // same rows. Where an open block's skip carries a tangent past that op, jvp() must run the
-      // ops instead; the matrices are made in chunks of one direction on odd ops.
+      // same rows, in the same form (compact where every row is the same). Where an open block's
+      // skip carries a tangent past that op, jvp() must run the ops instead; the matrices are
+      // made in chunks of one direction on odd ops. A tail counts as taken when doubling its
+      // matrices changes the result.
+      bool part_bc = false;
+      const Mat part_form = jvp(m, trace, seed, n, end, &part_bc, &sub);
       for (int q = std::max(plan.at, p.op + 1); q < end; ++q) {
         CAPTURE(q);
         const std::vector<Mat> A = tail_jacobian(m, trace, take_rows(trace, q, end, rows), q, end, q % 2 ? 1 : 1L << 20);
@@ -476,7 +480,14 @@ TEST_CASE("jvp: token rows give those rows of every tangent, through a shared ta
         REQUIRE(via.rows() == n * k);
         CHECK_LE_TOL(test::max_abs_diff(via, part), 1e-12 * std::max(1.0, full.cwiseAbs().maxCoeff()),
                      "max |jvp through a shared tail - jvp op by op|, on the rows");
-        ++tails;
+        bool via_bc = false;
+        const Mat via_form = jvp(m, trace, seed, n, end, &via_bc, &with);
+        CHECK(via_bc == part_bc);
+        CHECK(via_form.rows() == part_form.rows());
+        std::vector<Mat> A2 = A;
+        for (Mat& a : A2) a *= 2.0;
+        with.tail = &A2;
+        tails += test::max_abs_diff(jvp(m, trace, seed, n, end, nullptr, &with), part) > 1e-9 * std::max(1.0, full.cwiseAbs().maxCoeff());
       }
       // The bound, from where the seed has entered (after its op when the rows start there).
       const int from = plan.at == p.op ? p.op + 1 : plan.at;

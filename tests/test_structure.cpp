@@ -276,6 +276,50 @@ TEST_CASE("structure: token rows give every bias the answer every row gives") {
   CHECK(tails_used >= 8);  // shared tails (StructureSolver::tail_point) among them
 }
 
+// Shared tails change how the token rows' tangents are computed, never the course of the solve:
+// with and without them, every bias of these stacks stops by the same rule after the same inputs
+// with the same answer. Ops that all keep a broadcast tangent compact (a stack of Linears) take
+// no shared tail: their Jacobian does not depend on the input, which one input then settles.
+TEST_CASE("structure: shared tails leave every bias's solve as it was") {
+  const char* stacks[] = {
+      R"({"type":"residual","body":[{"type":"layernorm"},{"type":"attention","num_heads":2,"causal":true}]},
+         {"type":"residual","body":[{"type":"layernorm"},{"type":"linear","out_features":32},{"type":"gelu","approximate":"tanh"},{"type":"linear","out_features":8}]},
+         {"type":"layernorm"})",
+      R"({"type":"residual","body":[{"type":"rmsnorm"},{"type":"attention","num_heads":4,"num_kv_heads":2,"causal":true,"rope":true}]},
+         {"type":"residual","body":[{"type":"rmsnorm"},{"type":"glu","hidden":16,"bias":true},{"type":"linear"}]})",
+      R"({"type":"linear","out_features":16},{"type":"linear","out_features":16},{"type":"linear","out_features":64},{"type":"linear","out_features":4})"};
+  int shared = 0;
+  for (const char* layers : stacks) {
+    const std::string cfg = stack(3, shape(2, 8, 8), layers);
+    INFO(cfg);
+    auto b = build(cfg);
+    StructureOptions on = RowSolvers::options(0), off = on;
+    off.shared_tails = false;
+    TracePool pool_on(b.model, b.config), pool_off(b.model, b.config);
+    StructureSolver with(b.model, pool_on, on), without(b.model, pool_off, off);
+    for (size_t pi = 0; pi < b.model.params.size(); ++pi) {
+      if (!is_bias_like(b.model.params[pi].role)) continue;
+      CAPTURE(b.model.params[pi].name);
+      const Structure a = with.solve(static_cast<int>(pi)), e = without.solve(static_cast<int>(pi));
+      CAPTURE(a.stop_note);
+      CAPTURE(e.stop_note);
+      CHECK(e.tail_at == -1);
+      shared += a.tail_at >= 0;
+      CHECK(a.stop == e.stop);
+      CHECK(a.samples == e.samples);
+      CHECK(a.input_independent == e.input_independent);
+      CHECK(std::string(a.rows_check) == e.rows_check);
+      CHECK(a.determined == e.determined);
+      CHECK(a.redundant_dim == e.redundant_dim);
+      if (std::string(layers).find("attention") == std::string::npos) {
+        CHECK(a.tail_at == -1);
+        CHECK(a.samples == 1);  // input-independent, or full rank from the first input
+      }
+    }
+  }
+  CHECK(shared >= 8);
+}
+
 // A null space that the last tokens have and the first does not: a causal convolution of kernel
 // 2 whose two taps cancel (W_0 = -W_1) gives every token but the first the tangent
 // (W_0 + W_1) b = 0 of a bias b before it. The last tokens' rows say all of b is redundant; the

@@ -124,6 +124,7 @@ BIASLAB_COLD json analyze(const ExperimentConfig& cfg, const AnalyzeOptions& opt
     lap("setup");
     Results r;
     r.biases = analyse_biases(c);
+    c.solver->release_tails();
     lap("biases");
     if (opt.folds) {
       r.folds = analyse_folds(c);

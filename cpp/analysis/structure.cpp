@@ -388,8 +388,22 @@ int tail_start(const Model& m, int start, int at, int cut) {
   return p;
 }
 
+#ifndef BIASLAB_LEAN_ENGINE
 // A shared tail's memory (its matrices, over every input and row).
 constexpr double kTailBytes = 256.0 * 1024 * 1024;
+#endif
+
+// The work of ops [p, cut) for one direction on one token.
+double per_token_flops(const Model& m, int p, int cut) {
+  double f = 0;
+  for (int i = p; i < cut; ++i) {
+    const Op& op = m.ops[static_cast<size_t>(i)];
+    if (op.kind == OpKind::linear) f += 2.0 * op.in * op.out;
+    else if (op.kind == OpKind::glu) f += 4.0 * op.in * op.out + 10.0 * op.out;
+    else f += 10.0 * op.in;
+  }
+  return f;
+}
 
 }  // namespace
 
@@ -399,15 +413,12 @@ BIASLAB_COLD int StructureSolver::tail_point(int param, const RowPlan& plan, int
   if (p >= cut) return -1;
   const int end = static_cast<int>(m_.ops.size());
   const double w_p = m_.ops[static_cast<size_t>(p)].in, w_cut = cut < end ? m_.ops[static_cast<size_t>(cut)].in : m_.out_features;
-  // A matrix per row pays off where applying it costs at most a quarter of the ops it stands for.
-  double per_token = 0;
-  for (int i = p; i < cut; ++i) {
-    const Op& op = m_.ops[static_cast<size_t>(i)];
-    if (op.kind == OpKind::linear) per_token += 2.0 * op.in * op.out;
-    else if (op.kind == OpKind::glu) per_token += 4.0 * op.in * op.out + 10.0 * op.out;
-    else per_token += 10.0 * op.in;
-  }
-  if (per_token < 8.0 * w_p * w_cut) return -1;
+  // Ops that all keep a broadcast tangent compact (Linears, BatchNorm in eval mode) carry it at
+  // one row per direction, which a matrix per row would undo (and with it the rule that one input
+  // settles a Jacobian that does not depend on the input).
+  if (std::all_of(m_.ops.begin() + p, m_.ops.begin() + cut, [](const Op& o) { return keeps_broadcast(o); })) return -1;
+  // A matrix per row pays off where applying it costs at most an eighth of the ops it stands for.
+  if (per_token_flops(m_, p, cut) < 8.0 * w_p * w_cut) return -1;
   // ... and where the biases that pass op p have more directions between them than its width
   // (making the matrices costs as much as that many directions through the ops).
   double demand = 0;
@@ -422,7 +433,7 @@ BIASLAB_COLD int StructureSolver::tail_point(int param, const RowPlan& plan, int
   return demand >= 1.5 * w_p ? p : -1;
 }
 
-std::vector<Mat> StructureSolver::tail_rows(int k, const Trace& tr, const TokenRows& sub, int p, int cut) {
+std::vector<Mat> StructureSolver::tail_rows(int k, const Trace& tr, const TokenRows& sub, int p, int cut, double* flops) {
 #ifdef BIASLAB_LEAN_ENGINE
   return {};  // (no token rows: tail_point is -1)
 #else
@@ -433,6 +444,7 @@ std::vector<Mat> StructureSolver::tail_rows(int k, const Trace& tr, const TokenR
   std::map<Eigen::Index, Mat> made;
   if (!missing.empty()) {
     std::vector<Mat> A = tail_jacobian(m_, tr, take_rows(tr, p, cut, missing), p, cut, opt_.chunk_elements);
+    *flops += double(missing.size()) * m_.ops[static_cast<size_t>(p)].in * per_token_flops(m_, p, cut);
     const double bytes = double(A[0].size()) * sizeof(double) * double(A.size());
     for (size_t j = 0; j < missing.size(); ++j) made[missing[j]] = std::move(A[j]);
     if (tail_bytes_ + bytes <= kTailBytes) {  // else used for this bias alone
@@ -702,7 +714,7 @@ Structure StructureSolver::solve(int param, const std::function<bool()>& cancell
     if (!kTokenRows || plan.at < 0) return std::optional<TokenRows>();
     std::optional<TokenRows> t(take_rows(tr, plan.at, cut, plan_idx));
     if (tail_p >= 0) {
-      tail = tail_rows(k, tr, *t, tail_p, cut);
+      tail = tail_rows(k, tr, *t, tail_p, cut, &out.flops);
       t->tail_at = tail_p;
       t->tail = &tail;
     }

@@ -183,6 +183,11 @@ class StructureSolver {
   // injective_cut(m, start), once per start: its injectivity test factors the trailing map (an
   // LU of the output's width), which the estimates and the report need for every bias too.
   int injective_cut(int start);
+  // Frees the shared tails' matrices (once every bias is solved).
+  void release_tails() {
+    tails_.clear();
+    tail_bytes_ = 0;
+  }
 
  private:
   // The token rows' check (solve): the squared bound on |J V|_F over every row of the first
@@ -195,14 +200,15 @@ class StructureSolver {
   // (tail_jacobian) is made once per input and row and applied to every bias's tangents at p.
   // tail_point: p for bias `param` with this plan and cut, or -1 (no shared tail).
   int tail_point(int param, const RowPlan& plan, int cut);
-  // The matrices of input k's rows `sub.rows` (made on the first request; kept while they fit).
-  std::vector<Mat> tail_rows(int k, const Trace& tr, const TokenRows& sub, int p, int cut);
+  // The matrices of input k's rows `sub.rows` (made on the first request, their work added to
+  // *flops; kept while they fit).
+  std::vector<Mat> tail_rows(int k, const Trace& tr, const TokenRows& sub, int p, int cut, double* flops);
   const Model& m_;
   TracePool& pool_;
   StructureOptions opt_;
   std::vector<std::pair<int, int>> cut_cache_;  // (start, usable cut)
   std::map<std::array<int, 3>, std::map<Eigen::Index, Mat>> tails_;  // (input, p, cut) -> row -> map
-  double tail_bytes_ = 0;
+  [[maybe_unused]] double tail_bytes_ = 0;  // (unused where the module has no token rows)
 };
 
 }  // namespace biaslab

@@ -142,6 +142,21 @@ Mat one_hot_dense(const OneHot& h, Eigen::Index N, Eigen::Index F) {
 
 }  // namespace
 
+bool keeps_broadcast(const Op& op) {
+  switch (op.kind) {
+    case OpKind::linear:
+    case OpKind::residual_begin:
+    case OpKind::residual_end:
+    case OpKind::branch_next:
+    case OpKind::position:
+      return true;
+    case OpKind::norm:
+      return op.norm == NormKind::batch_eval;
+    default:
+      return false;
+  }
+}
+
 bool acts_per_token(const Op& op) {
   switch (op.kind) {
     case OpKind::attention:
@@ -232,9 +247,14 @@ Mat run_jvp(const Model& m, const Trace& trace, const Seed& seed, int n, int sta
       N = static_cast<Eigen::Index>(sub->rows.size());
     }
     // From sub->tail_at on, the ops' per-token map is known (TokenRows::tail): it applies to the
-    // tangent entering there when that is the only one (no open block's skip carries one).
-    if (sub && sub->tail && i == sub->tail_at && i >= sub->at && !init && sub->tail->size() == sub->rows.size() &&
-        std::none_of(skips.begin(), skips.end(), [](const Skip& s) { return s.input || s.sum; })) {
+    // tangent entering there when that is the only one (no open block's skip carries one), after
+    // the seed has entered, and unless the ops would keep a broadcast tangent in its compact
+    // form, which the caller asked for (the matrices give every row its own).
+    if (sub && sub->tail && i == sub->tail_at && i > start && i >= sub->at && !init &&
+        std::none_of(skips.begin(), skips.end(), [](const Skip& s) { return s.input || s.sum; }) &&
+        !(broadcast && d && d->broadcast &&
+          std::all_of(m.ops.begin() + i, m.ops.begin() + stop, [](const Op& o) { return keeps_broadcast(o); }))) {
+      if (sub->tail->size() != sub->rows.size()) throw std::invalid_argument("jvp: a shared tail needs one matrix per row");
       if (hot) {
         d = Tangent{one_hot_dense(*hot, N, op.in), false};
         hot.reset();
@@ -355,7 +375,7 @@ Mat jvp(const Model& m, const Trace& trace, const Seed& seed, int n, int stop, b
 #ifndef BIASLAB_LEAN_ENGINE
 std::vector<Mat> tail_jacobian(const Model& m, const Trace& trace, const TokenRows& sub, int from, int stop,
                                long chunk_elements) {
-  if (from < sub.at || from > stop) throw std::invalid_argument("tail_jacobian: from outside the rows' ops");
+  if (from < sub.at || from >= stop) throw std::invalid_argument("tail_jacobian: from outside the rows' ops");
   const Eigen::Index k = static_cast<Eigen::Index>(sub.rows.size());
   const int w_in = m.ops[static_cast<size_t>(from)].in;
   const int w_out = stop < static_cast<int>(m.ops.size()) ? m.ops[static_cast<size_t>(stop)].in : m.out_features;

@@ -28,7 +28,9 @@ struct TokenRows {
   // Optional: the ops [tail_at, stop) of the jvp() as one matrix per row, (*tail)[j] of shape
   // (width at stop, width at tail_at) (tail_jacobian). From op tail_at on, the tangent is that
   // map applied to the one entering there, instead of the ops one by one, when no open block's
-  // skip carries a tangent past tail_at (else the ops run as usual).
+  // skip carries a tangent past tail_at, tail_at comes after the seed's op, and the ops do not all
+  // keep a broadcast tangent compact where jvp() is asked for that form (else the ops run as
+  // usual). tail must hold one matrix per row.
   int tail_at = -1;
   const std::vector<Mat>* tail = nullptr;
 };
@@ -36,6 +38,10 @@ struct TokenRows {
 TokenRows take_rows(const Trace& trace, int at, int stop, std::vector<Eigen::Index> rows);
 // Whether op `op` acts on each token alone, so that a tangent's rows can be taken before it.
 bool acts_per_token(const Op& op);
+// Whether a tangent that is the same on every token stays so through op `op` (jvp() then keeps
+// its compact form): Linear, BatchNorm in eval mode, residual and branch markers, a position
+// table (which adds nothing to a tangent).
+bool keeps_broadcast(const Op& op);
 
 // Propagates `seed` (n directions) from the op that holds the parameter up to the input of op
 // `stop` (m.ops.size() for the model output). `trace` comes from forward<double> on the same

@@ -12,6 +12,8 @@ const env = use_page();
 test('claims: a preset links to its claims; the panel opens at one, lists the articles, and loads a preset', async () => {
   const { page, problems } = await env.open();
   const hash = await page.evaluate(() => location.hash);
+  // (the links come with the preset's description, which may render after the page opens)
+  await page.locator('#claim a.claim-link').first().waitFor();
   const links = await page.locator('#claim a.claim-link').allTextContents();
   assert.deepEqual(links, ['1.1', '1.4', '2.1', '2.2', '3.2', '4.1']);
   assert.equal(await page.locator('#claims-details').getAttribute('open'), null, 'closed at first');
