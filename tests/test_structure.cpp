@@ -231,13 +231,18 @@ TEST_CASE("structure: where a ReLU decided the stop, null directions that a fini
 // is first taken from the last tokens of each sample, a lower bound, and the null space found
 // there is checked on every row. On stacks where the rows apply, forcing them (no minimum work)
 // must give every bias the answer that every row gives, with shared tails where they apply.
+// A GPT-2-like block and a Llama-like one with biases (RMSNorm, RoPE, grouped keys, SwiGLU), 8 wide.
+const char* const kGpt2Like =
+    R"({"type":"residual","body":[{"type":"layernorm"},{"type":"attention","num_heads":2,"causal":true}]},
+       {"type":"residual","body":[{"type":"layernorm"},{"type":"linear","out_features":32},{"type":"gelu","approximate":"tanh"},{"type":"linear","out_features":8}]},
+       {"type":"layernorm"})";
+const char* const kLlamaLike =
+    R"({"type":"residual","body":[{"type":"rmsnorm"},{"type":"attention","num_heads":4,"num_kv_heads":2,"causal":true,"rope":true}]},
+       {"type":"residual","body":[{"type":"rmsnorm"},{"type":"glu","hidden":16,"bias":true},{"type":"linear"}]})";
+
 TEST_CASE("structure: token rows give every bias the answer every row gives") {
   const char* stacks[] = {
-      R"({"type":"residual","body":[{"type":"layernorm"},{"type":"attention","num_heads":2,"causal":true}]},
-         {"type":"residual","body":[{"type":"layernorm"},{"type":"linear","out_features":32},{"type":"gelu","approximate":"tanh"},{"type":"linear","out_features":8}]},
-         {"type":"layernorm"})",
-      R"({"type":"residual","body":[{"type":"rmsnorm"},{"type":"attention","num_heads":4,"num_kv_heads":2,"causal":true,"rope":true}]},
-         {"type":"residual","body":[{"type":"rmsnorm"},{"type":"glu","hidden":16,"bias":true},{"type":"linear"}]})",
+      kGpt2Like, kLlamaLike,
       R"({"type":"residual","body":[{"type":"attention","num_heads":2}]},{"type":"layernorm"},
          {"type":"residual","body":[{"type":"linear","out_features":16},{"type":"relu"},{"type":"linear","out_features":8}]},
          {"type":"layernorm"})",
@@ -282,11 +287,7 @@ TEST_CASE("structure: token rows give every bias the answer every row gives") {
 // no shared tail: their Jacobian does not depend on the input, which one input then settles.
 TEST_CASE("structure: shared tails leave every bias's solve as it was") {
   const char* stacks[] = {
-      R"({"type":"residual","body":[{"type":"layernorm"},{"type":"attention","num_heads":2,"causal":true}]},
-         {"type":"residual","body":[{"type":"layernorm"},{"type":"linear","out_features":32},{"type":"gelu","approximate":"tanh"},{"type":"linear","out_features":8}]},
-         {"type":"layernorm"})",
-      R"({"type":"residual","body":[{"type":"rmsnorm"},{"type":"attention","num_heads":4,"num_kv_heads":2,"causal":true,"rope":true}]},
-         {"type":"residual","body":[{"type":"rmsnorm"},{"type":"glu","hidden":16,"bias":true},{"type":"linear"}]})",
+      kGpt2Like, kLlamaLike,
       R"({"type":"linear","out_features":16},{"type":"linear","out_features":16},{"type":"linear","out_features":64},{"type":"linear","out_features":4})"};
   int shared = 0;
   for (const char* layers : stacks) {
