@@ -472,7 +472,7 @@ TEST_CASE("jvp: token rows give those rows of every tangent, through a shared ta
       const Mat part_form = jvp(m, trace, seed, n, end, &part_bc, &sub);
       for (int q = std::max(plan.at, p.op + 1); q < end; ++q) {
         CAPTURE(q);
-        const std::vector<Mat> A = tail_jacobian(m, trace, take_rows(trace, q, end, rows), q, end, q % 2 ? 1 : 1L << 20);
+        const std::vector<Mat> A = tail_jacobian(m, trace, take_rows(trace, q, end, rows), q, end, q % 2 ? 1 : 1 << 20);
         TokenRows with = sub;
         with.tail_at = q;
         with.tail = &A;

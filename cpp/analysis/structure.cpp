@@ -17,6 +17,18 @@ namespace biaslab {
 
 namespace {
 
+// The work of ops [p, cut) for one direction on one token.
+double per_token_flops(const Model& m, int p, int cut) {
+  double f = 0;
+  for (int i = p; i < cut; ++i) {
+    const Op& op = m.ops[static_cast<size_t>(i)];
+    if (op.kind == OpKind::linear) f += 2.0 * op.in * op.out;
+    else if (op.kind == OpKind::glu) f += 4.0 * op.in * op.out + 10.0 * op.out;
+    else f += 10.0 * op.in;
+  }
+  return f;
+}
+
 double trace_bytes(const Trace& t) {
   double b = 0;
   for (const Mat& x : t.inputs) b += double(x.size());
@@ -115,14 +127,7 @@ BIASLAB_COLD RowPlan plan_rows(const Model& m, int param, int cut, double min_fl
   const long rows = std::max<long>(2, (3 * n + 2 * w - 1) / (2 * w));  // ceil(1.5 n / w) tokens
   const int k = static_cast<int>((rows + B - 1) / B);
   if (2 * k > T) return plan;
-  double per_token = 0;  // the per-token ops' work for one direction on one token
-  for (int i = at; i < cut; ++i) {
-    const Op& op = m.ops[i];
-    if (op.kind == OpKind::linear) per_token += 2.0 * op.in * op.out;
-    else if (op.kind == OpKind::glu) per_token += 4.0 * op.in * op.out + 10.0 * op.out;
-    else per_token += 10.0 * op.in;
-  }
-  if (!(double(n) * B * T * per_token >= min_flops)) return plan;
+  if (!(double(n) * B * T * per_token_flops(m, at, cut) >= min_flops)) return plan;
   plan.at = at;
   plan.per_sample = k;
   return plan;
@@ -393,18 +398,6 @@ int tail_start(const Model& m, int start, int at, int cut) {
 constexpr double kTailBytes = 256.0 * 1024 * 1024;
 #endif
 
-// The work of ops [p, cut) for one direction on one token.
-double per_token_flops(const Model& m, int p, int cut) {
-  double f = 0;
-  for (int i = p; i < cut; ++i) {
-    const Op& op = m.ops[static_cast<size_t>(i)];
-    if (op.kind == OpKind::linear) f += 2.0 * op.in * op.out;
-    else if (op.kind == OpKind::glu) f += 4.0 * op.in * op.out + 10.0 * op.out;
-    else f += 10.0 * op.in;
-  }
-  return f;
-}
-
 }  // namespace
 
 BIASLAB_COLD int StructureSolver::tail_point(int param, const RowPlan& plan, int cut) {
@@ -443,8 +436,10 @@ std::vector<Mat> StructureSolver::tail_rows(int k, const Trace& tr, const TokenR
     if (!cache.count(r)) missing.push_back(r);
   std::map<Eigen::Index, Mat> made;
   if (!missing.empty()) {
-    std::vector<Mat> A = tail_jacobian(m_, tr, take_rows(tr, p, cut, missing), p, cut, opt_.chunk_elements);
-    *flops += double(missing.size()) * m_.ops[static_cast<size_t>(p)].in * per_token_flops(m_, p, cut);
+    const int w_p = m_.ops[static_cast<size_t>(p)].in;
+    const int chunk = chunk_directions(m_, p, cut, w_p, static_cast<int>(missing.size()), w_p, opt_.chunk_elements);
+    std::vector<Mat> A = tail_jacobian(m_, tr, take_rows(tr, p, cut, missing), p, cut, chunk);
+    *flops += double(missing.size()) * w_p * per_token_flops(m_, p, cut);
     const double bytes = double(A[0].size()) * sizeof(double) * double(A.size());
     for (size_t j = 0; j < missing.size(); ++j) made[missing[j]] = std::move(A[j]);
     if (tail_bytes_ + bytes <= kTailBytes) {  // else used for this bias alone

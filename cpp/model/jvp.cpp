@@ -374,16 +374,14 @@ Mat jvp(const Model& m, const Trace& trace, const Seed& seed, int n, int stop, b
 
 #ifndef BIASLAB_LEAN_ENGINE
 std::vector<Mat> tail_jacobian(const Model& m, const Trace& trace, const TokenRows& sub, int from, int stop,
-                               long chunk_elements) {
+                               int chunk) {
   if (from < sub.at || from >= stop) throw std::invalid_argument("tail_jacobian: from outside the rows' ops");
   const Eigen::Index k = static_cast<Eigen::Index>(sub.rows.size());
   const int w_in = m.ops[static_cast<size_t>(from)].in;
   const int w_out = stop < static_cast<int>(m.ops.size()) ? m.ops[static_cast<size_t>(stop)].in : m.out_features;
   std::vector<Mat> A(static_cast<size_t>(k), Mat(w_out, w_in));
   const Seed none{-1, Mat(), true};
-  long widest = std::max(w_in, w_out);
-  for (int i = from; i < stop; ++i) widest = std::max<long>(widest, m.ops[static_cast<size_t>(i)].out);
-  const int chunk = static_cast<int>(std::max<long>(1, std::min<long>(w_in, chunk_elements / std::max<long>(1, k * widest))));
+  chunk = std::max(1, std::min(chunk, w_in));
   for (int a0 = 0; a0 < w_in; a0 += chunk) {
     const int c = std::min(chunk, w_in - a0);
     // Direction a is the unit vector e_(a0 + a) on every row: row a * k + j of the result is

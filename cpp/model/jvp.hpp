@@ -56,9 +56,9 @@ Mat jvp(const Model& m, const Trace& trace, const Seed& seed, int n, int stop, b
 // A[j] (width at stop, width at from) maps a tangent of row j entering op `from`, with no open
 // block's skip carrying one, to its tangent at `stop`. Costs what the width at `from` of unit
 // directions cost through those ops; pays off where several biases' tangents pass op `from`.
-// Directions go through in chunks of at most `chunk_elements` doubles per intermediate.
+// The unit vectors go through `chunk` at a time (analysis/structure.hpp, chunk_directions).
 std::vector<Mat> tail_jacobian(const Model& m, const Trace& trace, const TokenRows& sub, int from, int stop,
-                               long chunk_elements);
+                               int chunk);
 
 // The rows of one direction of a per-token seed on `param` (Seed::values, not broadcast): the N
 // input rows, or the context's B * context_tokens for the key/value side of cross-attention
