@@ -321,6 +321,57 @@ TEST_CASE("structure: shared tails leave every bias's solve as it was") {
   CHECK(shared >= 8);
 }
 
+// A wide cluster (512 columns) that is not of full rank is split by its Gram matrix (gram_split)
+// instead of a QR and an SVD. Its answer must be the SVD's: the same rank at every step, the same
+// stop, the same null space (to rounding), a kept singular value that is a lower bound on the
+// SVD's, and a null one as small. Nullities 1 (the all-ones direction a LayerNorm removes), 256 (a
+// Linear of rank 256 after the bias) and 1 again through attention's values (GPT-2's v bias).
+TEST_CASE("structure: a wide cluster split by its Gram matrix answers as the SVD does") {
+  const char* stacks[] = {
+      R"({"type":"linear","out_features":512},{"type":"layernorm","elementwise_affine":false})",
+      R"({"type":"linear","out_features":512},{"type":"linear","out_features":512,"bias":false},{"type":"layernorm","elementwise_affine":false})",
+      R"({"type":"residual","body":[{"type":"layernorm","bias":false},{"type":"attention","num_heads":8,"q_bias":false,"k_bias":false,"o_bias":false}]},{"type":"layernorm","elementwise_affine":false})",
+  };
+  const int nullity[] = {1, 256, 1};
+  for (int k = 0; k < 3; ++k) {
+    const std::string cfg = stack(11 + k, shape(1, 4, 512), stacks[k]);
+    INFO(cfg);
+    auto b = build(cfg);
+    if (k == 1) {  // rank 256, every column in use (a zero column would be a cluster of its own)
+      Mat& w = b.model.params[static_cast<size_t>(param_index(b.model, "layers.1.weight"))].value;
+      w = Mat(w.leftCols(256) * w.rightCols(256).transpose());
+    }
+    StructureOptions on, off;
+    off.gram_split = false;
+    TracePool pool_on(b.model, b.config), pool_off(b.model, b.config);
+    StructureSolver with(b.model, pool_on, on), without(b.model, pool_off, off);
+    const int p = k == 2 ? param_index(b.model, "layers.0.body.1.v_proj.bias") : param_index(b.model, "layers.0.bias");
+    const Structure a = with.solve(p), e = without.solve(p);
+    CAPTURE(a.stop_note);
+    CAPTURE(e.stop_note);
+    CHECK(a.gram_splits >= 1);
+    CHECK(e.gram_splits == 0);
+    CHECK(a.determined);
+    CHECK(e.determined);
+    CHECK(a.stop == e.stop);
+    CHECK(a.samples == e.samples);
+    CHECK(a.rank_history == e.rank_history);
+    CHECK(a.redundant_dim == nullity[k]);
+    CHECK(e.redundant_dim == nullity[k]);
+    REQUIRE(a.null_basis.cols() == e.null_basis.cols());
+    // The same subspace: each basis's distance from the other's span.
+    const double apart = (a.null_basis - e.null_basis * (e.null_basis.transpose() * a.null_basis)).norm();
+    INFO("distance between the null spaces: " << apart << " (tolerance 1e-9)");
+    CHECK(apart <= 1e-9);
+    CHECK(a.sigma_bounds);
+    INFO("kept: split " << a.kept_min << ", SVD " << e.kept_min << "; null: split " << a.null_max << ", SVD " << e.null_max);
+    CHECK(a.kept_min > 0);
+    CHECK(a.kept_min <= e.kept_min * (1 + 1e-12));
+    CHECK(a.null_max <= 1e-12);
+    CHECK(e.null_max <= 1e-12);
+  }
+}
+
 // A null space that the last tokens have and the first does not: a causal convolution of kernel
 // 2 whose two taps cancel (W_0 = -W_1) gives every token but the first the tangent
 // (W_0 + W_1) b = 0 of a bias b before it. The last tokens' rows say all of b is redundant; the

@@ -249,6 +249,10 @@ struct Cluster {
   Vec sv;                 // singular values of the stacked Jacobian on these columns
   bool full = false;      // certified of full column rank from the Gram matrix (R not formed)
   bool sv_bound = false;  // sv holds one lower bound for every singular value (a Cholesky certificate)
+  // A wide cluster split by its Gram matrix (gram_split): the null basis and R's singular values
+  // along it, valid for the rank decision that made them (null_space takes them as they are).
+  ColMat split_v;
+  Vec split_s;
   // For confirming inputs: an orthonormal basis of the null space at the last rank decision,
   // R's singular values along it, and the rows that confirming inputs added along it (J V,
   // compressed), which the next full factorisation takes in as S V^T.
@@ -269,6 +273,13 @@ void null_space(const Cluster& cl, double tau, ColMat& v, Vec& s) {
     v = ColMat(c, 0);
     return;
   }
+#ifndef BIASLAB_LEAN_ENGINE
+  if (cl.split_v.cols() == d) {  // gram_split made them for this rank
+    v = cl.split_v;
+    s = cl.split_s;
+    return;
+  }
+#endif
   if (kept == 0 || cl.R.rows() == 0) {
     v = ColMat::Identity(c, c).rightCols(d);
     for (Eigen::Index i = 0; i < d && i < cl.sv.size(); ++i) s(i) = cl.sv(i);
@@ -304,7 +315,8 @@ constexpr Eigen::Index kCholeskyColumns = 512;
 // within err of sigma^2. Accepted only when the smallest is above 1e6 err (sigma then has about
 // 6 correct digits) and sigma_min - its uncertainty stays above 2 tau. Cheaper than a QR when
 // the answer is "full rank", which is the common case for effective biases.
-Vec gram_singular_values(const ColMat& M, double tau, bool* bound) {
+// *gram (when given and c >= kCholeskyColumns): G itself, its lower triangle, for gram_split.
+Vec gram_singular_values(const ColMat& M, double tau, bool* bound, ColMat* gram = nullptr) {
   *bound = false;
   const Eigen::Index m = M.rows(), c = M.cols();
   if (m < c || c == 0) return Vec();
@@ -336,6 +348,7 @@ Vec gram_singular_values(const ColMat& M, double tau, bool* bound) {
       }
       if (mu == need) break;
     }
+    if (gram) *gram = std::move(G);
     return Vec();
   }
 #endif
@@ -348,6 +361,102 @@ Vec gram_singular_values(const ColMat& M, double tau, bool* bound) {
   for (Eigen::Index i = 0; i < c; ++i) sv(i) = std::sqrt(lam(c - 1 - i));  // descending, as an SVD
   return sv;
 }
+
+#ifndef BIASLAB_LEAN_ENGINE
+// The rank and null space of a wide cluster M (m x c, m >= c) that is not of full rank, from its
+// Gram matrix G (lower triangle, as gram_singular_values formed it), at a fraction of a QR and an
+// SVD's cost, or nothing (the caller then factors M). Both halves are certified:
+// - A Cholesky factorisation with diagonal pivoting (as LAPACK's dpstrf: each step takes the
+//   column with the largest diagonal of what is left, so the rank shows) runs until no diagonal
+//   left exceeds 4 tau^2 + err: P G P^T = [L11; L21] [L11; L21]^T + S, with r columns taken.
+//   The first r pivoted columns M1 are of full rank with sigma_min(M1) >= sqrt(mu - err) > 2 tau
+//   by the Cholesky certificate of gram_singular_values on their block of G. Removing columns
+//   cannot raise a singular value (interlacing), so sigma_r(M) >= sigma_min(M1): at least r
+//   singular values are kept.
+// - The other c - r columns give the candidate null space X = P^T [-L11^-T L21^T; I] (exact where
+//   S is 0), made orthonormal (V). By min-max, the c - r smallest singular values of M are at
+//   most sigma_max(M V) plus the rounding of that product, which must stay <= tau.
+// So exactly r singular values exceed tau, and V spans the rest to within tau.
+struct Split {
+  int rank = 0;
+  double kept = 0;  // a lower bound on the r kept singular values
+  ColMat v;         // c x (c - r), orthonormal
+  Vec s;            // singular values of M v, descending
+};
+
+std::optional<Split> gram_split(const ColMat& M, ColMat G, double tau, double* flops) {
+  const Eigen::Index m = M.rows(), c = M.cols();
+  if (m < c || G.rows() != c) return std::nullopt;
+  const double fro2 = M.squaredNorm();
+  const double err = 2.0 * double(m + c + 8) * 0x1.0p-53 * fro2;
+  const double lift = 2.0 * double(c + 1) * 0x1.0p-53 * fro2;
+  const double need = 4.0 * tau * tau + err;
+  G.triangularView<Eigen::StrictlyUpper>() = G.transpose();
+  ColMat A = G;  // becomes [L11; L21] in its first r columns (below the diagonal), pivoted
+  Vec d = A.diagonal();
+  std::vector<Eigen::Index> perm(static_cast<size_t>(c));
+  std::iota(perm.begin(), perm.end(), Eigen::Index(0));
+  Eigen::Index r = 0;
+  for (; r < c; ++r) {
+    Eigen::Index p;
+    if (!(d.tail(c - r).maxCoeff(&p) > need)) break;
+    p += r;
+    if (p != r) {
+      A.row(r).swap(A.row(p));
+      A.col(r).swap(A.col(p));
+      std::swap(d(r), d(p));
+      std::swap(perm[static_cast<size_t>(r)], perm[static_cast<size_t>(p)]);
+    }
+    const double l = std::sqrt(d(r));
+    A(r, r) = l;
+    const Eigen::Index rest = c - r - 1;
+    if (rest > 0) {
+      A.col(r).tail(rest).noalias() -= A.block(r + 1, 0, rest, r) * A.row(r).head(r).transpose();
+      A.col(r).tail(rest) /= l;
+      d.tail(rest) -= A.col(r).tail(rest).cwiseAbs2();
+    }
+  }
+  *flops += double(c) * double(r) * double(r);
+  if (r == c) return std::nullopt;
+  Split out;
+  out.rank = static_cast<int>(r);
+  if (r > 0) {
+    ColMat A1(r, r);
+    for (Eigen::Index j = 0; j < r; ++j)
+      for (Eigen::Index i = 0; i < r; ++i) A1(i, j) = G(perm[static_cast<size_t>(i)], perm[static_cast<size_t>(j)]);
+    // A first try well under the last pivot (lambda_min(A1) is at most that pivot) makes the
+    // bound informative when it holds.
+    const double first = std::max(need, 1e-4 * A(r - 1, r - 1) * A(r - 1, r - 1));
+    for (const double mu : {first, need}) {
+      ColMat S = A1;
+      S.diagonal().array() -= mu + lift;
+      *flops += double(r) * double(r) * double(r) / 3.0;
+      if (Eigen::LLT<ColMat, Eigen::Lower>(S).info() == Eigen::Success) {
+        out.kept = std::sqrt(mu - err);
+        break;
+      }
+      if (mu == need) return std::nullopt;
+    }
+  }
+  const Eigen::Index d_null = c - r;
+  ColMat X = ColMat::Zero(c, d_null);
+  if (r > 0)
+    X.topRows(r) = A.topLeftCorner(r, r).triangularView<Eigen::Lower>().transpose().solve(-A.block(r, 0, d_null, r).transpose());
+  X.bottomRows(d_null).setIdentity();
+  ColMat V0(c, d_null);
+  for (Eigen::Index k = 0; k < c; ++k) V0.row(perm[static_cast<size_t>(k)]) = X.row(k);
+  Eigen::HouseholderQR<ColMat> qr(V0);
+  out.v = qr.householderQ() * ColMat::Identity(c, d_null);
+  const ColMat Y = M * out.v;
+  *flops += double(r) * double(r) * double(d_null) + 4.0 * double(c) * double(d_null) * double(d_null) +
+            2.0 * double(m) * double(c) * double(d_null);
+  out.s = singular_values(Y);
+  // |fl(M V) - M V|_2 <= |fl(M V) - M V|_F <= gamma_c |M|_F |V|_F, with |V|_F = sqrt(c - r).
+  const double rounding = double(c + 2) * 0x1.0p-53 * std::sqrt(fro2 * double(d_null));
+  if (!(out.s.size() == d_null && out.s(0) + rounding <= tau)) return std::nullopt;
+  return out;
+}
+#endif
 
 }  // namespace
 
@@ -777,11 +886,14 @@ Structure StructureSolver::solve(int param, const std::function<bool()>& cancell
     if (out.flops + gram > opt_.max_flops) return -1;
     out.flops += gram;
     bool all_full = true;
+    ColMat gram_m;  // the Gram matrix of the wide cluster that stopped the loop (for gram_split)
+    [[maybe_unused]] const Cluster* stopped_at = nullptr;
     for (auto& [root, cl] : clusters) {  // full rank everywhere is settled by Gram matrices alone
-      cl.sv = gram_singular_values(cl.R, tau, &cl.sv_bound);
+      cl.sv = gram_singular_values(cl.R, tau, &cl.sv_bound, &gram_m);
       cl.full = cl.sv.size() > 0;
       if (!cl.full) {
         all_full = false;
+        stopped_at = &cl;
         break;
       }
     }
@@ -792,11 +904,46 @@ Structure StructureSolver::solve(int param, const std::function<bool()>& cancell
     int r = 0;
     for (auto& [root, cl] : clusters) {
       if (!all_full) {
-        compress(cl.R, &out.flops);
-        cl.full = false;
-        cl.sv_bound = false;
-        cl.sv = singular_values(cl.R);
-        out.flops += 12.0 * std::pow(double(cl.R.cols()), 3);
+        const Eigen::Index c = cl.R.cols();
+        bool done = false;
+#ifndef BIASLAB_LEAN_ENGINE
+        // A wide cluster: certified full from its Gram matrix already, or split by it (gram_split)
+        // where it is not, instead of a QR and an SVD.
+        cl.split_v.resize(0, 0);
+        cl.split_s.resize(0);
+        if (!opt_.gram_split) {
+        } else if (c >= kCholeskyColumns && cl.R.rows() >= c && !(cl.full && cl.sv_bound)) {
+          if (&cl != stopped_at) {
+            out.flops += double(cl.R.rows()) * double(c) * double(c);
+            cl.sv = gram_singular_values(cl.R, tau, &cl.sv_bound, &gram_m);
+            cl.full = cl.sv.size() > 0;
+          }
+          if (!cl.full) {
+            if (auto split = gram_split(cl.R, std::move(gram_m), tau, &out.flops)) {
+              cl.sv.resize(c);
+              cl.sv.head(split->rank).setConstant(split->kept);
+              cl.sv.tail(c - split->rank) = split->s;
+              cl.sv_bound = true;
+              cl.split_v = std::move(split->v);
+              cl.split_s = std::move(split->s);
+              ++out.gram_splits;
+              done = true;
+            }
+          } else {
+            done = true;
+          }
+          gram_m.resize(0, 0);
+        } else if (c >= kCholeskyColumns && cl.full && cl.sv_bound) {
+          done = true;
+        }
+#endif
+        if (!done) {
+          compress(cl.R, &out.flops);
+          cl.full = false;
+          cl.sv_bound = false;
+          cl.sv = singular_values(cl.R);
+          out.flops += 12.0 * std::pow(double(c), 3);
+        }
       }
       for (Eigen::Index i = 0; i < cl.sv.size(); ++i) r += cl.sv(i) > tau;
     }

@@ -124,6 +124,10 @@ struct StructureOptions {
   // Token rows of several biases that reach the same op take the per-token ops after it as one
   // matrix per row, made once per input (StructureSolver::tail_point). Off: op by op, always.
   bool shared_tails = true;
+  // A wide cluster (512 columns on) that its Gram matrix does not certify of full rank is split
+  // by that Gram matrix's pivoted LDL^T, each half certified (gram_split in structure.cpp),
+  // instead of a QR and an SVD. Off: always the QR and the SVD.
+  bool gram_split = true;
   // The largest Jacobian of one input the structure stacks (entries), as analyze() checks up
   // front; ranking every row after a failed check on token rows would exceed it: undetermined.
   double max_jacobian_entries = 64.0 * 1024 * 1024;
@@ -156,6 +160,7 @@ struct Structure {
   double flops = 0;                 // work spent (estimated)
   int rows_per_sample = 0;          // token rows (plan_rows) the rank was taken from; 0: every row
   int tail_at = -1;                 // the op a shared tail took the rows' tangents from (-1: none)
+  int gram_splits = 0;              // rank decisions a wide cluster's Gram matrix split (gram_split)
   // How the null space found from them was checked on every row: "bound" (through the per-token
   // layers), "computed" (its tangents), "none" (full rank: no check needed), "not reached" (a
   // budget ran out first: the rank is a lower bound anyway), "failed" (the rows missed rank,
