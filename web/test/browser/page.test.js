@@ -223,6 +223,22 @@ test('page: an undetermined bias shows its bounds, a verdict style of its own an
   await page.close();
 });
 
+// The first-load engine has no token rows: a Jacobian its own every-row estimate puts over the
+// limit (512 directions x 264 tokens x width 512, 66 M entries) must go to the engine that has
+// them (2 tokens' rows here), not be refused by the first.
+test('page: a config that only token rows fit is handed to the engine that has them', async () => {
+  const engine = await load_engine();
+  const config = { version: 1, seed: 3, dtype: 'float32', shape: { batch: 1, tokens: 264, features: 512 }, layers: [{ type: 'linear', out_features: 512 }, { type: 'layernorm', elementwise_affine: false }] };
+  const { page, problems } = await open(server.url + encode_link(engine.schema(), config));
+  assert.equal(await page.evaluate(() => document.documentElement.dataset.lastAnalysis), 'ok', await page.textContent('#message'));
+  const requested = await page.evaluate(() => performance.getEntriesByType('resource').map((e) => e.name).filter((n) => /biaslab-full/.test(n)));
+  assert.equal(requested.filter((n) => n.endsWith('.wasm')).length, 1, `the full engine's module: ${requested.join(', ')}`);
+  const row = await page.$eval('table.table-biases > tbody > tr', (tr) => tr.innerText);
+  assert.match(row, /1 of 512/);
+  assert.deepEqual(problems, []);
+  await page.close();
+});
+
 test('page: a convolution loads the engine that has it, on an image grid the form edits', async () => {
   const engine = await load_engine();
   const config = JSON.parse(engine.presets().find((p) => p.name === 'resnet-basic-block').config);
