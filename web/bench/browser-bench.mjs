@@ -2,6 +2,7 @@
 // it prints Markdown tables and exits 0 whether or not the goals are met.
 //
 //   node bench/browser-bench.mjs [--loads N] [--edits N] [--big N] [--native PATH] [--dist DIR]
+//                                [--config FILE [--runs N]]
 //
 // - load:  navigation start to the bias table painted, cold (nothing cached), median of N loads
 // - edit:  a checkbox on the default preset (an immediate edit; number boxes add a 300 ms typing
@@ -19,7 +20,7 @@
 // cmake --build build -j2 --target biaslab_bench
 import { createServer } from 'node:http';
 import { readFile, stat } from 'node:fs/promises';
-import { existsSync } from 'node:fs';
+import { existsSync, readdirSync, readFileSync } from 'node:fs';
 import { execFileSync } from 'node:child_process';
 import { extname, join, normalize, resolve, sep } from 'node:path';
 import { fileURLToPath } from 'node:url';
@@ -29,12 +30,12 @@ import { launch, CHROMIUM } from '../test/support/browser.js';
 import { compressed_sizes, kind, size_markdown } from './sizes.mjs';
 
 const WEB = fileURLToPath(new URL('..', import.meta.url));
-const opts = { loads: 7, edits: 21, big: 5, native: resolve(WEB, '../build/biaslab_bench'), dist: resolve(WEB, 'dist') };
+const opts = { loads: 7, edits: 21, big: 5, native: resolve(WEB, '../build/biaslab_bench'), dist: resolve(WEB, 'dist'), config: '', runs: 1 };
 const argv = process.argv.slice(2);
 for (let i = 0; i < argv.length; i++) {
   const key = argv[i].replace(/^--/, '');
   if (!(key in opts)) {
-    console.error('usage: node bench/browser-bench.mjs [--loads N] [--edits N] [--big N] [--native PATH] [--dist DIR]');
+    console.error('usage: node bench/browser-bench.mjs [--loads N] [--edits N] [--big N] [--native PATH] [--dist DIR] [--config FILE [--runs N]]');
     process.exit(2);
   }
   opts[key] = typeof opts[key] === 'number' ? Number(argv[++i]) : resolve(argv[++i]);
@@ -122,6 +123,21 @@ const TIMED_EDIT = async ({ kind, selector, value }) => {
   return { ok, ms: performance.now() - t0, worker_ms: worker ? Number(worker[1]) : NaN };
 };
 
+/** The largest peak resident memory (VmHWM, bytes) of this machine's Chromium renderer processes. */
+function renderer_peak() {
+  let peak = 0;
+  for (const pid of readdirSync('/proc').filter((d) => /^\d+$/.test(d))) {
+    try {
+      if (!readFileSync(`/proc/${pid}/cmdline`, 'utf8').includes('--type=renderer')) continue;
+      const kb = /VmHWM:\s+(\d+) kB/.exec(readFileSync(`/proc/${pid}/status`, 'utf8'));
+      if (kb) peak = Math.max(peak, Number(kb[1]) * 1024);
+    } catch {
+      // (the process ended meanwhile)
+    }
+  }
+  return peak;
+}
+
 function native_ms() {
   const out = execFileSync(opts.native, ['--preset', 'article2-key-bias', '--repeat', '1'], { encoding: 'utf8' });
   const row = out.split('\n').find((l) => l.startsWith('| article2-key-bias'));
@@ -204,6 +220,25 @@ try {
   }
   await page.close();
 
+  // 4. A config of one's own (--config FILE: a config's JSON text, e.g. a block at a model's real
+  // width), typed into the page's JSON box: each run with a seed of its own (a new experiment),
+  // timed in the worker and to the painted table, with the peak resident memory of Chromium's
+  // renderer processes (the page's worker and its wasm memory live in one of them).
+  const mine = [];
+  if (opts.config) {
+    const base = JSON.parse(await readFile(opts.config, 'utf8'));
+    const page = await open_page();
+    await page.goto(server.url);
+    await wait_analysed(page);
+    for (let i = 0; i < opts.runs; i++) {
+      const text = JSON.stringify({ ...base, seed: 3000 + i });
+      const r = await page.evaluate(TIMED_EDIT, { kind: 'type', selector: '#config-json', value: text });
+      if (!r.ok) throw new Error(`${opts.config} failed in the page: ${await page.textContent('#message')}`);
+      mine.push({ ...r, peak: renderer_peak() });
+    }
+    await page.close();
+  }
+
   // Tables.
   const first_table = loads.map((l) => l.table_painted);
   const edit_ms = edits.map((e) => e.ms);
@@ -233,6 +268,10 @@ try {
     console.log(`| wasm speed / native speed | ${ratio.toFixed(2)}x | >= 0.7x | ${yes(ratio >= 0.7)} |`);
   } else if (big.length) {
     console.log(`| native | (no ${opts.native}: build it to get the ratio) | | |`);
+  }
+  if (mine.length) {
+    const ms = mine.map((m) => m.worker_ms);
+    console.log(`| ${opts.config.split('/').pop()} in the page's worker (${mine.length} run${mine.length === 1 ? '' : 's'}) | ${fmt(median(ms))} ms (${spread(ms)}); ${fmt(median(mine.map((m) => m.ms)))} ms from the typed config to the painted table (a 300 ms typing delay included); peak resident memory of the page's renderer ${(Math.max(...mine.map((m) => m.peak)) / 1048576).toFixed(0)} MB | | |`);
   }
   console.log(`| transferred, one cold load (gzip, ${served.length} responses) | ${(sent_gzip / 1024).toFixed(1)} KB in all; wasm + JS ${(budget / 1024).toFixed(1)} KB | wasm + JS < 320 KB | ${yes(budget < 320 * 1024)} |`);
   console.log('\nFiles of one cold load (gzip level 9 as served, brotli quality 11 for comparison):\n');
