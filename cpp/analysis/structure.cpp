@@ -263,7 +263,8 @@ struct Cluster {
 
 // The numerical null space of a factored cluster: the right singular vectors whose singular
 // values are <= tau (c - kept columns), and those values (0 where R has fewer rows than columns).
-void null_space(const Cluster& cl, double tau, ColMat& v, Vec& s) {
+// Returns whether it factored R (an SVD), for the caller's flop count.
+bool null_space(const Cluster& cl, double tau, ColMat& v, Vec& s) {
   const Eigen::Index c = static_cast<Eigen::Index>(cl.cols.size());
   Eigen::Index kept = 0;
   for (Eigen::Index i = 0; i < cl.sv.size(); ++i) kept += cl.sv(i) > tau;
@@ -271,25 +272,26 @@ void null_space(const Cluster& cl, double tau, ColMat& v, Vec& s) {
   s = Vec::Zero(d);
   if (d == 0) {
     v = ColMat(c, 0);
-    return;
+    return false;
   }
 #ifndef BIASLAB_LEAN_ENGINE
   if (cl.split_v.cols() == d) {  // gram_split made them for this rank
     v = cl.split_v;
     s = cl.split_s;
-    return;
+    return false;
   }
 #endif
   if (kept == 0 || cl.R.rows() == 0) {
     v = ColMat::Identity(c, c).rightCols(d);
     for (Eigen::Index i = 0; i < d && i < cl.sv.size(); ++i) s(i) = cl.sv(i);
-    return;
+    return false;
   }
   Eigen::BDCSVD<ColMat> svd(cl.R, Eigen::ComputeFullV);
   v = svd.matrixV().rightCols(d);
   const Vec& all = svd.singularValues();
   for (Eigen::Index i = 0; i < d; ++i)
     if (kept + i < all.size()) s(i) = all(kept + i);
+  return true;
 }
 
 Vec singular_values(const ColMat& R) {
@@ -384,7 +386,8 @@ struct Split {
   Vec s;            // singular values of M v, descending
 };
 
-std::optional<Split> gram_split(const ColMat& M, ColMat G, double tau, double* flops) {
+// Over `budget` flops in all (*flops included) once the rank is known: nothing.
+std::optional<Split> gram_split(const ColMat& M, ColMat G, double tau, double* flops, double budget) {
   const Eigen::Index m = M.rows(), c = M.cols();
   if (m < c || G.rows() != c) return std::nullopt;
   const double fro2 = M.squaredNorm();
@@ -416,8 +419,12 @@ std::optional<Split> gram_split(const ColMat& M, ColMat G, double tau, double* f
       d.tail(rest) -= A.col(r).tail(rest).cwiseAbs2();
     }
   }
-  *flops += double(c) * double(r) * double(r);
+  *flops += double(r) * double(r) * (double(c) - 2.0 * double(r) / 3.0);
   if (r == c) return std::nullopt;
+  const double d_null = double(c - r), rest = double(m) * double(c) * d_null * 2.0 + 2.0 * std::pow(double(r), 3) / 3.0 +
+                                               2.0 * double(m) * d_null * d_null + 12.0 * std::pow(d_null, 3) +
+                                               6.0 * double(c) * d_null * d_null;
+  if (*flops + rest > budget) return std::nullopt;
   Split out;
   out.rank = static_cast<int>(r);
   if (r > 0) {
@@ -438,22 +445,28 @@ std::optional<Split> gram_split(const ColMat& M, ColMat G, double tau, double* f
       if (mu == need) return std::nullopt;
     }
   }
-  const Eigen::Index d_null = c - r;
-  ColMat X = ColMat::Zero(c, d_null);
+  const Eigen::Index dn = c - r;
+  ColMat X = ColMat::Zero(c, dn);
   if (r > 0)
-    X.topRows(r) = A.topLeftCorner(r, r).triangularView<Eigen::Lower>().transpose().solve(-A.block(r, 0, d_null, r).transpose());
-  X.bottomRows(d_null).setIdentity();
-  ColMat V0(c, d_null);
+    X.topRows(r) = A.topLeftCorner(r, r).triangularView<Eigen::Lower>().transpose().solve(-A.block(r, 0, dn, r).transpose());
+  X.bottomRows(dn).setIdentity();
+  ColMat V0(c, dn);
   for (Eigen::Index k = 0; k < c; ++k) V0.row(perm[static_cast<size_t>(k)]) = X.row(k);
   Eigen::HouseholderQR<ColMat> qr(V0);
-  out.v = qr.householderQ() * ColMat::Identity(c, d_null);
+  out.v = qr.householderQ() * ColMat::Identity(c, dn);
   const ColMat Y = M * out.v;
-  *flops += double(r) * double(r) * double(d_null) + 4.0 * double(c) * double(d_null) * double(d_null) +
-            2.0 * double(m) * double(c) * double(d_null);
-  out.s = singular_values(Y);
+  // V turned to Y's right singular vectors: V^T M^T M V is then diagonal, and out.s are M's
+  // singular values along V, as the SVD path's null values are (try_confirm and the report
+  // stack them as a diagonal).
+  ColMat T = Y;
+  if (Y.rows() > 2 * dn) T = Eigen::HouseholderQR<ColMat>(Y).matrixQR().topRows(dn).triangularView<Eigen::Upper>();
+  const Eigen::BDCSVD<ColMat> svd(T, Eigen::ComputeFullV);
+  out.s = svd.singularValues();
+  out.v = out.v * svd.matrixV();
+  *flops += rest;
   // |fl(M V) - M V|_2 <= |fl(M V) - M V|_F <= gamma_c |M|_F |V|_F, with |V|_F = sqrt(c - r).
-  const double rounding = double(c + 2) * 0x1.0p-53 * std::sqrt(fro2 * double(d_null));
-  if (!(out.s.size() == d_null && out.s(0) + rounding <= tau)) return std::nullopt;
+  const double rounding = double(c + 2) * 0x1.0p-53 * std::sqrt(fro2 * d_null);
+  if (!(out.s.size() == dn && out.s(0) + rounding <= tau)) return std::nullopt;
   return out;
 }
 #endif
@@ -872,6 +885,12 @@ Structure StructureSolver::solve(int param, const std::function<bool()>& cancell
   // input can be large enough to spend it many times over on its own. (Each stage is checked
   // at its worst case before it starts: the Gram matrices, then the QRs and SVDs.)
   double decision_flops = 0;
+  // Whether a cluster's rank decision goes to gram_split when its Gram matrix does not certify
+  // full rank (wide, with at least as many rows as columns; the first-load engine, which has no
+  // token rows, has neither the Cholesky certificate nor the split).
+  auto splits = [&](const Cluster& cl) {
+    return kTokenRows && opt_.gram_split && cl.R.cols() >= kCholeskyColumns && cl.R.rows() >= cl.R.cols();
+  };
   auto decide = [&]() {
     tau = threshold();
     // First every cluster's Gram matrix (its product, then a Cholesky factorisation or its
@@ -880,7 +899,9 @@ Structure StructureSolver::solve(int param, const std::function<bool()>& cancell
     for (const auto& [root, cl] : clusters) {
       const double r = double(cl.R.rows()), c = double(cl.R.cols());
       gram += r * c * c + (cl.R.cols() >= kCholeskyColumns ? 1.0 : 4.0) * c * c * c;
-      rest += 2.0 * r * c * c + 12.0 * c * c * c;
+      // (a wide cluster that gram_split can take: its pivoted Cholesky; a QR and an SVD if that
+      // fails, checked then)
+      rest += splits(cl) ? c * c * c : 2.0 * r * c * c + 12.0 * c * c * c;
     }
     decision_flops = gram;
     if (out.flops + gram > opt_.max_flops) return -1;
@@ -911,15 +932,14 @@ Structure StructureSolver::solve(int param, const std::function<bool()>& cancell
         // where it is not, instead of a QR and an SVD.
         cl.split_v.resize(0, 0);
         cl.split_s.resize(0);
-        if (!opt_.gram_split) {
-        } else if (c >= kCholeskyColumns && cl.R.rows() >= c && !(cl.full && cl.sv_bound)) {
-          if (&cl != stopped_at) {
-            out.flops += double(cl.R.rows()) * double(c) * double(c);
+        if (!splits(cl)) {
+        } else if (!(cl.full && cl.sv_bound)) {
+          if (&cl != stopped_at) {  // (its Gram matrix is counted in `gram` above)
             cl.sv = gram_singular_values(cl.R, tau, &cl.sv_bound, &gram_m);
             cl.full = cl.sv.size() > 0;
           }
           if (!cl.full) {
-            if (auto split = gram_split(cl.R, std::move(gram_m), tau, &out.flops)) {
+            if (auto split = gram_split(cl.R, std::move(gram_m), tau, &out.flops, opt_.max_flops)) {
               cl.sv.resize(c);
               cl.sv.head(split->rank).setConstant(split->kept);
               cl.sv.tail(c - split->rank) = split->s;
@@ -933,11 +953,16 @@ Structure StructureSolver::solve(int param, const std::function<bool()>& cancell
             done = true;
           }
           gram_m.resize(0, 0);
-        } else if (c >= kCholeskyColumns && cl.full && cl.sv_bound) {
+        } else {
           done = true;
         }
 #endif
         if (!done) {
+          const double qr_svd = 2.0 * double(cl.R.rows()) * double(c) * double(c) + 12.0 * std::pow(double(c), 3);
+          if (splits(cl) && out.flops + qr_svd > opt_.max_flops) {  // the split failed: a QR and an SVD
+            decision_flops = qr_svd;
+            return -1;
+          }
           compress(cl.R, &out.flops);
           cl.full = false;
           cl.sv_bound = false;
@@ -954,9 +979,8 @@ Structure StructureSolver::solve(int param, const std::function<bool()>& cancell
   // Null bases of every cluster (for confirming inputs), from the factored rows.
   auto prepare_null = [&]() {
     for (auto& [root, cl] : clusters) {
-      null_space(cl, tau, cl.vnull, cl.snull0);
+      if (null_space(cl, tau, cl.vnull, cl.snull0)) out.flops += 12.0 * std::pow(double(cl.cols.size()), 3);
       cl.snull = ColMat(0, cl.vnull.cols());
-      if (cl.vnull.cols() > 0) out.flops += 12.0 * std::pow(double(cl.cols.size()), 3);
     }
     null_ready = true;
   };

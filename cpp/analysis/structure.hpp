@@ -125,7 +125,7 @@ struct StructureOptions {
   // matrix per row, made once per input (StructureSolver::tail_point). Off: op by op, always.
   bool shared_tails = true;
   // A wide cluster (512 columns on) that its Gram matrix does not certify of full rank is split
-  // by that Gram matrix's pivoted LDL^T, each half certified (gram_split in structure.cpp),
+  // by that Gram matrix's pivoted Cholesky factorisation, each half certified (gram_split in structure.cpp),
   // instead of a QR and an SVD. Off: always the QR and the SVD.
   bool gram_split = true;
   // The largest Jacobian of one input the structure stacks (entries), as analyze() checks up
