@@ -28,10 +28,13 @@ using namespace analysis;
 // threshold on every row where this module has none, structural_flops counting 3 inputs; or
 // 512 directions).
 BIASLAB_COLD std::optional<Error> check_work(const Model& m, StructureSolver& solver, bool* wants_rows) {
+  double flops = 0;
   for (const ModelParam& p : m.params)
-    if (is_bias_like(p.role))
-      *wants_rows = *wants_rows || p.value.size() >= 512 ||
-                    structural_flops(m, p, solver.injective_cut(p.op)) >= 3 * kRowSubsetMinFlops;
+    if (is_bias_like(p.role)) {
+      const double f = structural_flops(m, p, solver.injective_cut(p.op));
+      flops += f;
+      *wants_rows = *wants_rows || f >= 3 * kRowSubsetMinFlops || p.value.size() >= 512;
+    }
   // A module without token rows estimates every row; the one it hands such a config to checks
   // with the rows it would stack (its limits are the same).
   if (*wants_rows && !token_rows_linked()) return std::nullopt;
@@ -56,9 +59,6 @@ BIASLAB_COLD std::optional<Error> check_work(const Model& m, StructureSolver& so
       return Error{json_path(m.ops[p.op].layer), buf};
     }
   }
-  double flops = 0;
-  for (const ModelParam& p : m.params)
-    if (is_bias_like(p.role)) flops += structural_flops(m, p, solver.injective_cut(p.op));
   if (flops > kMaxStructuralFlops) {
     char buf[256];
     std::snprintf(buf, sizeof buf,

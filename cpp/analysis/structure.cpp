@@ -932,8 +932,9 @@ Structure StructureSolver::solve(int param, const std::function<bool()>& cancell
         // where it is not, instead of a QR and an SVD.
         cl.split_v.resize(0, 0);
         cl.split_s.resize(0);
-        if (!splits(cl)) {
-        } else if (!(cl.full && cl.sv_bound)) {
+        if (splits(cl) && cl.full) {  // certified before the loop stopped
+          done = true;
+        } else if (splits(cl)) {
           if (&cl != stopped_at) {  // (its Gram matrix is counted in `gram` above)
             cl.sv = gram_singular_values(cl.R, tau, &cl.sv_bound, &gram_m);
             cl.full = cl.sv.size() > 0;
@@ -953,8 +954,6 @@ Structure StructureSolver::solve(int param, const std::function<bool()>& cancell
             done = true;
           }
           gram_m.resize(0, 0);
-        } else {
-          done = true;
         }
 #endif
         if (!done) {
