@@ -5,6 +5,8 @@
 // only; the expected answers are the theory's (theory.md), not the engine's output.
 #include <string>
 
+#include <Eigen/SVD>
+
 #include "analysis/structure.hpp"
 #include "model/jvp.hpp"
 #include "support.hpp"
@@ -378,6 +380,75 @@ TEST_CASE("structure: a wide cluster split by its Gram matrix answers as the SVD
       CHECK(a.null_max <= 1e-12);
       CHECK(e.null_max <= 1e-12);
     }
+  }
+}
+
+// An MLP's first bias, 512 wide, before a Linear of width 64 and a LayerNorm or RMSNorm (or none):
+// full rank is certified from a Gram matrix built from the layers' factors (mlp_gram) on every
+// token of one input. Against the stacked rows (the option off): the same rank and stop, and a
+// kept value that is a lower bound on the smallest singular value of the whole Jacobian of that
+// input (computed here from its tangents and an SVD). A column of W2 that is constant is removed
+// by the LayerNorm's centring on every token: that bias direction is null, the factors must not
+// certify full rank (without the norm's correction terms they would), and the stacked rows find
+// it. Under RMSNorm, which does not centre, the same column stays: full rank.
+TEST_CASE("structure: an MLP's first bias certified from its layers' factors answers as the stacked rows do") {
+  struct Case {
+    const char* layers;
+    bool constant_column;
+    bool structured;
+    int nullity;
+  };
+  const Case cases[] = {
+      {R"({"type":"linear","out_features":512},{"type":"gelu","approximate":"tanh"},{"type":"linear","out_features":64},{"type":"layernorm"})", false, true, 0},
+      {R"({"type":"residual","body":[{"type":"layernorm"},{"type":"linear","out_features":512},{"type":"gelu"},{"type":"linear","out_features":64}]},{"type":"layernorm"})", false, true, 0},
+      {R"({"type":"linear","out_features":512},{"type":"silu"},{"type":"linear","out_features":64},{"type":"rmsnorm"})", false, true, 0},
+      {R"({"type":"linear","out_features":512},{"type":"gelu"},{"type":"linear","out_features":64})", false, true, 0},
+      {R"({"type":"linear","out_features":512},{"type":"gelu"},{"type":"linear","out_features":64},{"type":"layernorm"})", true, false, 1},
+      {R"({"type":"linear","out_features":512},{"type":"silu"},{"type":"linear","out_features":64},{"type":"rmsnorm"})", true, true, 0},
+  };
+  int k = 0;
+  for (const Case& cs : cases) {
+    const std::string cfg = stack(31 + k++, shape(2, 16, 64), cs.layers);
+    INFO(cfg);
+    auto b = build(cfg);
+    const int p = param_index(b.model, b.model.params[1].name.find("body") != std::string::npos ? "layers.0.body.1.bias" : "layers.0.bias");
+    if (cs.constant_column) {
+      Mat& w = b.model.params[static_cast<size_t>(b.model.ops[static_cast<size_t>(b.model.params[static_cast<size_t>(p)].op + 2)].w)].value;
+      w.col(7).setConstant(0.3);
+    }
+    StructureOptions on, off;
+    off.structured_gram = false;
+    TracePool pool_on(b.model, b.config), pool_off(b.model, b.config);
+    const Structure a = StructureSolver(b.model, pool_on, on).solve(p);
+    const Structure e = StructureSolver(b.model, pool_off, off).solve(p);
+    CAPTURE(a.stop_note);
+    CAPTURE(e.stop_note);
+    CHECK(a.structured_gram == cs.structured);
+    CHECK_FALSE(e.structured_gram);
+    CHECK(a.determined);
+    CHECK(e.determined);
+    CHECK(a.redundant_dim == cs.nullity);
+    CHECK(e.redundant_dim == cs.nullity);
+    CHECK(a.stop == e.stop);
+    if (!cs.structured) continue;
+    CHECK(a.samples == 1);
+    CHECK(a.sigma_bounds);
+    CHECK(a.rows_per_sample == 0);
+    // The smallest singular value of every row of input 0's Jacobian, from its tangents.
+    const int n = static_cast<int>(b.model.params[static_cast<size_t>(p)].value.size());
+    const Trace& tr = pool_on.get(0);
+    const Mat t = jvp(b.model, tr, Seed{p, Mat::Identity(n, n), true}, n, a.cut);
+    const Eigen::Index len = t.rows() / n * t.cols();
+    Eigen::MatrixXd J(len, n);
+    for (int j = 0; j < n; ++j) {
+      const Mat block = t.middleRows(Eigen::Index(j) * (t.rows() / n), t.rows() / n);
+      for (Eigen::Index r = 0; r < block.rows(); ++r)
+        for (Eigen::Index c = 0; c < block.cols(); ++c) J(r * block.cols() + c, j) = block(r, c);
+    }
+    const double smin = Eigen::BDCSVD<Eigen::MatrixXd>(J).singularValues().minCoeff();
+    INFO("kept bound " << a.kept_min * a.reference << ", sigma_min of every row " << smin);
+    CHECK(a.kept_min > 0);
+    CHECK(a.kept_min * a.reference <= smin * (1 + 1e-12));
   }
 }
 

@@ -5,6 +5,7 @@
 #include <cmath>
 #include <map>
 #include <numeric>
+#include <optional>
 #include <stdexcept>
 
 #include <Eigen/Eigenvalues>
@@ -310,6 +311,31 @@ Vec singular_values(const ColMat& R) {
 // Gram matrix's eigenvalues (gram_singular_values).
 constexpr Eigen::Index kCholeskyColumns = 512;
 
+#ifndef BIASLAB_LEAN_ENGINE
+// The Cholesky certificate of full rank. G (c x c, its lower triangle read) is a computed Gram
+// matrix within `err` (2-norm) of the exact one, and `trace` is at least its trace. A Cholesky
+// factorisation that runs to completion in floating point on G - s I has R^T R = G - s I + E
+// with |E|_2 <= gamma_{c+1} trace(G - s I) (each entry's error is at most gamma_{c+1}
+// (|R|^T |R|)_ij, and | |R| |_F^2 = trace(R^T R)), so lambda_min(G) >= s - lift with lift =
+// 2 (c + 1) u trace. With lambda_min(G) > mu, every singular value of the matrix whose Gram
+// matrix G stands for is at least sqrt(mu - err), and full rank needs that to be 2 tau. Returns
+// that bound, or nothing. A first try at a larger mu (1e-4 of the mean sigma^2) makes the bound
+// informative when it holds.
+std::optional<double> cholesky_floor(const ColMat& G, double trace, double err, double tau) {
+  const Eigen::Index c = G.cols();
+  const double lift = 2.0 * double(c + 1) * 0x1.0p-53 * trace;
+  const double need = 4.0 * tau * tau + err;
+  const double first = std::max(need, 1e-4 * trace / double(c));
+  for (const double mu : {first, need}) {
+    ColMat A = G;
+    A.diagonal().array() -= mu + lift;
+    if (Eigen::LLT<ColMat, Eigen::Lower>(A).info() == Eigen::Success) return std::sqrt(mu - err);
+    if (mu == need) break;
+  }
+  return std::nullopt;
+}
+#endif
+
 // Singular values of M (m x c) from its Gram matrix when that certifies full column rank with
 // every singular value far above `tau`; empty otherwise (the caller then factors M).
 // Forming G = M^T M in floating point errs by at most about m u |M|_F^2 (u = 2^-53) and a
@@ -328,27 +354,13 @@ Vec gram_singular_values(const ColMat& M, double tau, bool* bound, ColMat* gram 
   const double err = 2.0 * double(m + c + 8) * 0x1.0p-53 * fro2;
 #ifndef BIASLAB_LEAN_ENGINE
   if (c >= kCholeskyColumns) {
-    // Wide: a Cholesky factorisation settles it at a fraction of the eigenvalues' cost. One that
-    // runs to completion in floating point on G - s I has R^T R = G - s I + E with |E|_2 <=
-    // gamma_{c+1} trace(G - s I) (each entry's error is at most gamma_{c+1} (|R|^T |R|)_ij, and
-    // | |R| |_F^2 = trace(R^T R)), so lambda_min(G) >= s - lift with lift = 2 (c + 1) u |M|_F^2.
-    // With lambda_min(G) > mu, every sigma of M is at least sqrt(mu - err) (G's own rounding is
-    // within err), and full rank needs that to be 2 tau: the bound is rigorous, so unlike the
-    // eigenvalue rule below it needs no digits of accuracy (no 1e6 err). It returns that bound
-    // for every singular value (kept_sigma_min is then a lower bound). A first try at a larger
-    // mu (1e-4 of the mean sigma^2) makes the bound informative when it holds.
-    const double lift = 2.0 * double(c + 1) * 0x1.0p-53 * fro2;
-    const double need = 4.0 * tau * tau + err;
-    const double first = std::max(need, 1e-4 * fro2 / double(c));
-    for (const double mu : {first, need}) {
-      ColMat A = G;
-      A.diagonal().array() -= mu + lift;
-      Eigen::LLT<ColMat, Eigen::Lower> llt(A);
-      if (llt.info() == Eigen::Success) {
-        *bound = true;
-        return Vec::Constant(c, std::sqrt(mu - err));
-      }
-      if (mu == need) break;
+    // Wide: a Cholesky factorisation settles it at a fraction of the eigenvalues' cost
+    // (cholesky_floor, with trace(G) = |M|_F^2). The bound is rigorous, so unlike the eigenvalue
+    // rule below it needs no digits of accuracy (no 1e6 err). It stands for every singular value
+    // (kept_sigma_min is then a lower bound).
+    if (const std::optional<double> floor = cholesky_floor(G, fro2, err, tau)) {
+      *bound = true;
+      return Vec::Constant(c, *floor);
     }
     if (gram) *gram = std::move(G);
     return Vec();
@@ -467,6 +479,128 @@ std::optional<Split> gram_split(const ColMat& M, ColMat G, double tau, double* f
   // |fl(M V) - M V|_2 <= |fl(M V) - M V|_F <= gamma_c |M|_F |V|_F, with |V|_F = sqrt(c - r).
   const double rounding = double(c + 2) * 0x1.0p-53 * std::sqrt(fro2 * d_null);
   if (!(out.s.size() == dn && out.s(0) + rounding <= tau)) return std::nullopt;
+  return out;
+}
+
+// The Gram matrix of a bias before an activation and a Linear, from the layers' factors.
+// The bias of a Linear (c outputs) feeds an elementwise activation, then a Linear W2 (F x c),
+// then only residual ends whose skip carries no tangent of the bias and at most one LayerNorm or
+// RMSNorm (gain Gamma) before the cut. Token t's Jacobian is then
+//   J_t = r_t Gamma (I - U_t U_t^T) W2 D_t,
+// with D_t the activation's derivatives, r_t the norm's 1 / std and U_t its removed directions
+// (1 / sqrt(F) and the normalised token / sqrt(F) for a LayerNorm, the latter for RMSNorm; no
+// norm: r_t = 1, Gamma = I, no U). Its Gram matrix over every token is
+//   G = sum_t J_t^T J_t = A o S - (H + H^T),   A = W2^T Gamma^2 W2,   S = sum_t r_t^2 d_t d_t^T,
+// H = sum_t X_t P_t^T with P_t = r_t D_t W2^T U_t, X_t = r_t D_t W2^T Gamma^2 U_t - P_t K_t / 2,
+// K_t = U_t^T Gamma^2 U_t: one product of the width F for A, the tokens' few columns for the
+// rest, where the stacked Jacobian needs rows x c^2 (the Hadamard form, with the norm's
+// rank-2 terms). It stands for the Jacobian of the trace's values, as the tangents do.
+struct MlpGramPlan {
+  int act = -1, lin = -1, norm = -1;  // ops
+  int removed = 0;                    // columns of U_t
+};
+
+std::optional<MlpGramPlan> mlp_gram_plan(const Model& m, int param, int cut) {
+  const ModelParam& p = m.params[static_cast<size_t>(param)];
+  const int a = p.op;
+  if (p.role != ParamRole::bias || a + 2 >= cut) return std::nullopt;
+  const Op& first = m.ops[static_cast<size_t>(a)];
+  if (first.kind != OpKind::linear || first.b != param) return std::nullopt;
+  if (m.ops[static_cast<size_t>(a + 1)].kind != OpKind::activation || m.ops[static_cast<size_t>(a + 2)].kind != OpKind::linear)
+    return std::nullopt;
+  MlpGramPlan plan{a + 1, a + 2, -1, 0};
+  for (int i = a + 3; i < cut; ++i) {
+    const Op& op = m.ops[static_cast<size_t>(i)];
+    if (op.kind == OpKind::residual_end && !op.parallel && op.partner < a) continue;
+    if (op.kind == OpKind::norm && plan.norm < 0 && (op.norm == NormKind::layer || op.norm == NormKind::rms)) {
+      plan.norm = i;
+      plan.removed = op.norm == NormKind::layer ? 2 : 1;
+      continue;
+    }
+    return std::nullopt;
+  }
+  return plan;
+}
+
+// Its work, c columns over N tokens.
+double mlp_gram_flops(const Model& m, const MlpGramPlan& plan, int c, int N) {
+  const double F = m.ops[static_cast<size_t>(plan.lin)].out, k = plan.removed, cc = double(c) * c;
+  return F * cc + double(N) * cc + 2.0 * k * N * cc + 8.0 * F * c * k * N;
+}
+
+struct StructuredGram {
+  ColMat G;  // lower triangle
+  double trace = 0, err = 0;
+};
+
+// G on input `tr`, with `err` a bound on |fl(G) - G|_2. Every entry of every product errs by at
+// most gamma_K times the same product of absolute values (K over-counts the longest chain: the
+// sums over F, the tokens and U's columns, and the few products in between). Those products are
+// bounded without forming them: |W2|^T Gamma^2 |W2| o sum_t r_t^2 |d_t| |d_t|^T is a Hadamard
+// product of two positive semidefinite matrices, whose 2-norm is at most max_i S_ii times
+// |Gamma W2|_F^2 (Schur); the corrections' by |X~|_F |Z~|_F, the same factors in absolute values.
+StructuredGram mlp_gram(const Model& m, const Trace& tr, const MlpGramPlan& plan) {
+  const Op& lin = m.ops[static_cast<size_t>(plan.lin)];
+  const Mat& W2 = m.params[static_cast<size_t>(lin.w)].value;  // (F, c)
+  const Eigen::Index F = W2.rows(), c = W2.cols();
+  const Mat& h = tr.inputs[static_cast<size_t>(plan.act)];
+  const Eigen::Index N = h.rows();
+  const Mat D = m.ops[static_cast<size_t>(plan.act)].act->derivative(h);  // (N, c)
+  const int k = plan.removed;
+  Vec r = Vec::Ones(N), gam = Vec::Ones(F);
+  ColMat U(F, Eigen::Index(k) * N);
+  if (plan.norm >= 0) {
+    // The normalised tokens and 1 / std as the norm's JVP takes them (layers/norm.cpp).
+    const Op& no = m.ops[static_cast<size_t>(plan.norm)];
+    const Mat& x = tr.inputs[static_cast<size_t>(plan.norm)];
+    const double sf = 1.0 / std::sqrt(double(F));
+    for (Eigen::Index t = 0; t < N; ++t) {
+      const double f0 = x(t, 0);
+      const double mean = k == 2 ? f0 + (x.row(t).array() - f0).sum() / double(F) : 0.0;
+      const double var = (x.row(t).array() - mean).square().sum() / double(F);
+      r(t) = 1.0 / std::sqrt(var + no.eps);
+      Eigen::Index j = Eigen::Index(k) * t;
+      if (k == 2) U.col(j++).setConstant(sf);
+      U.col(j) = ((x.row(t).array() - mean) * r(t) * sf).matrix().transpose();
+    }
+    if (no.gain >= 0) gam = m.params[static_cast<size_t>(no.gain)].value.col(0);
+  }
+  const Vec g2 = gam.cwiseAbs2();
+  const ColMat V = gam.asDiagonal() * W2;  // Gamma W2
+  StructuredGram out;
+  out.G = ColMat::Zero(c, c);
+  out.G.selfadjointView<Eigen::Lower>().rankUpdate(V.transpose());  // A
+  ColMat E(c, N);
+  for (Eigen::Index t = 0; t < N; ++t) E.col(t) = r(t) * D.row(t).transpose();
+  ColMat S = ColMat::Zero(c, c);
+  S.selfadjointView<Eigen::Lower>().rankUpdate(E);
+  out.G.triangularView<Eigen::Lower>() = out.G.cwiseProduct(S);
+  double bound = S.diagonal().maxCoeff() * V.squaredNorm();
+  if (k > 0) {
+    const ColMat GU = g2.asDiagonal() * U;
+    const ColMat B = W2.transpose() * U, C = W2.transpose() * GU;
+    const ColMat Wa = W2.cwiseAbs(), Ua = U.cwiseAbs(), GUa = g2.asDiagonal() * Ua;
+    const ColMat Ba = Wa.transpose() * Ua, Ca = Wa.transpose() * GUa;
+    ColMat X(c, Eigen::Index(k) * N), Z(c, Eigen::Index(k) * N), Xa(c, Eigen::Index(k) * N), Za(c, Eigen::Index(k) * N);
+    for (Eigen::Index t = 0; t < N; ++t) {
+      const Eigen::Index j = Eigen::Index(k) * t;
+      const ColMat K = U.middleCols(j, k).transpose() * GU.middleCols(j, k);
+      const ColMat Ka = Ua.middleCols(j, k).transpose() * GUa.middleCols(j, k);
+      const Vec dt = E.col(t);
+      const Vec da = dt.cwiseAbs();
+      Z.middleCols(j, k) = dt.asDiagonal() * B.middleCols(j, k);
+      X.middleCols(j, k) = dt.asDiagonal() * C.middleCols(j, k) - 0.5 * Z.middleCols(j, k) * K;
+      Za.middleCols(j, k) = da.asDiagonal() * Ba.middleCols(j, k);
+      Xa.middleCols(j, k) = da.asDiagonal() * Ca.middleCols(j, k) + 0.5 * Za.middleCols(j, k) * Ka;
+    }
+    const ColMat H = X * Z.transpose();
+    out.G.triangularView<Eigen::Lower>() -= H + H.transpose();
+    bound += 2.0 * Xa.norm() * Za.norm();
+  }
+  const double K = 3.0 * double(F) + 2.0 * double(k) * double(N) + double(N) + 16.0;
+  const double gamma = K * 0x1.0p-53 / (1.0 - K * 0x1.0p-53);
+  out.err = 2.0 * gamma * bound;  // twice: the bounds' own rounding
+  out.trace = out.G.diagonal().sum() + double(c) * out.err;
   return out;
 }
 #endif
@@ -1269,6 +1403,21 @@ Structure StructureSolver::solve(int param, const std::function<bool()>& cancell
     return true;
   };
   bool kink_checked = false, kink_irrelevant = false, over_budget_decision = false;
+  // An MLP's first bias, wide: its Gram matrix over every token from the layers' factors, where
+  // that can be of full rank and costs less than the stacked rows' (mlp_gram).
+  [[maybe_unused]] bool structured = false;
+#ifndef BIASLAB_LEAN_ENGINE
+  std::optional<MlpGramPlan> mlp;
+  if (kTokenRows && opt_.structured_gram && n >= kCholeskyColumns) {
+    mlp = mlp_gram_plan(m_, param, cut);
+    const int N = m_.batch * m_.tokens;
+    const int F = mlp ? m_.ops[static_cast<size_t>(mlp->lin)].out : 0;  // the width at the cut
+    // (the stacked rows: tokens times the width at the cut)
+    if (mlp && (double(N) * (F - mlp->removed) < n ||
+                mlp_gram_flops(m_, *mlp, n, N) > 0.75 * stacked_rows(m_, param, cut) * F * double(n) * n))
+      mlp.reset();
+  }
+#endif
 
   for (;;) {
     // Plan the step: as many inputs as the rule or the rate of gain asks for, within budget.
@@ -1303,6 +1452,29 @@ Structure StructureSolver::solve(int param, const std::function<bool()>& cancell
             ++c;
           }
       }
+#ifndef BIASLAB_LEAN_ENGINE
+      if (mlp && inputs == 1) {
+        const double work = mlp_gram_flops(m_, *mlp, n, N) + 2.0 * std::pow(double(n), 3) / 3.0;
+        if (out.flops + work <= opt_.max_flops) {
+          tau = threshold();
+          const StructuredGram sg = mlp_gram(m_, tr, *mlp);
+          out.flops += work;
+          if (const std::optional<double> floor = cholesky_floor(sg.G, sg.trace, sg.err, tau)) {
+            Cluster cl;
+            cl.cols.resize(static_cast<size_t>(n));
+            std::iota(cl.cols.begin(), cl.cols.end(), 0);
+            cl.R = ColMat(0, n);
+            cl.sv = Vec::Constant(n, *floor);
+            cl.sv_bound = true;
+            cl.full = true;
+            clusters.clear();
+            clusters[0] = std::move(cl);
+            structured = true;
+            break;
+          }
+        }
+      }
+#endif
       bool have_cols = false;
       const std::optional<TokenRows> sub = rows_of(tr, inputs - 1);
       const TokenRows* subp = sub ? &*sub : nullptr;
@@ -1323,6 +1495,14 @@ Structure StructureSolver::solve(int param, const std::function<bool()>& cancell
       input_independent = inputs == 1 && bc;
       last_input_cost = out.flops - before;
       if (confirm_mode) break;  // the rank may have grown: decide now and plan again
+    }
+    if (structured) {
+      rank = n;
+      out.rank_history.push_back(n);
+      out.inputs_history.push_back(inputs);
+      out.structured_gram = true;
+      out.stop = StopRule::full_rank;
+      break;
     }
     if (done == 0) {
       out.stop = StopRule::budget;
@@ -1506,6 +1686,10 @@ Structure StructureSolver::solve(int param, const std::function<bool()>& cancell
                   "token of the %d input(s) (%s): their tangents stay within the threshold",
                   plan.per_sample, d, inputs, computed ? "computed" : "bounded through the per-token layers");
     rows_note = buf;
+  } else if (out.structured_gram) {
+    rows_note = "; certified on every token at once, from a Gram matrix built from the activation's derivatives and "
+                "the next layers' weights";
+    out.sigma_bounds = true;
   } else if (kTokenRows && plan.at >= 0 && basis.empty()) {
     rows_note = "; ranked from the last " + std::to_string(plan.per_sample) +
                 " token(s) of each sample (full rank there is full rank on every row)";

@@ -128,6 +128,11 @@ struct StructureOptions {
   // by that Gram matrix's pivoted Cholesky factorisation, each half certified (gram_split in structure.cpp),
   // instead of a QR and an SVD. Off: always the QR and the SVD.
   bool gram_split = true;
+  // A Linear's bias before an activation, a Linear and at most a LayerNorm or RMSNorm (an MLP's
+  // first bias), 512 directions on: full rank certified on every token of the first input from a
+  // Gram matrix built from the layers' factors (mlp_gram in structure.cpp), where that costs less
+  // than the stacked rows' Gram matrix. Off, or where it does not certify: the stacked rows.
+  bool structured_gram = true;
   // The largest Jacobian of one input the structure stacks (entries), as analyze() checks up
   // front; ranking every row after a failed check on token rows would exceed it: undetermined.
   double max_jacobian_entries = 64.0 * 1024 * 1024;
@@ -161,6 +166,7 @@ struct Structure {
   int rows_per_sample = 0;          // token rows (plan_rows) the rank was taken from; 0: every row
   int tail_at = -1;                 // the op a shared tail took the rows' tangents from (-1: none)
   int gram_splits = 0;              // rank decisions a wide cluster's Gram matrix split (gram_split)
+  bool structured_gram = false;     // full rank certified from the layers' factors (structured_gram)
   // How the null space found from them was checked on every row: "bound" (through the per-token
   // layers), "computed" (its tangents), "none" (full rank: no check needed), "not reached" (a
   // budget ran out first: the rank is a lower bound anyway), "failed" (the rows missed rank,
