@@ -420,6 +420,13 @@ TEST_CASE("jvp: token rows give those rows of every tangent, through a shared ta
       R"({"type": "residual", "body": [{"type": "rmsnorm"}, {"type": "attention", "num_heads": 4, "num_kv_heads": 2, "causal": true, "rope": true}]},
          {"type": "residual", "body": [{"type": "rmsnorm"}, {"type": "glu", "hidden": 12, "bias": true}, {"type": "linear"}]},
          {"type": "rmsnorm"})",
+      // RMSNorm blocks, then BatchNorm (eval), a residual LayerNorm and two norms in a row: a tail
+      // that tail_jacobian composes factor by factor (compose_tail) from every op after the
+      // attention, some of them starting with several norms before any Linear
+      R"({"type": "residual", "body": [{"type": "rmsnorm"}, {"type": "attention", "num_heads": 2}]},
+         {"type": "residual", "body": [{"type": "rmsnorm"}, {"type": "linear", "out_features": 12}, {"type": "silu"}, {"type": "linear", "out_features": 8}]},
+         {"type": "batchnorm", "mode": "eval"}, {"type": "residual", "body": [{"type": "layernorm"}]},
+         {"type": "layernorm", "elementwise_affine": false}, {"type": "rmsnorm"})",
       // post-norm with ReLU, softmax and BatchNorm (eval) after the attention, and a parallel block in the tail
       R"({"type": "linear"}, {"type": "residual", "body": [{"type": "attention", "num_heads": 2}]}, {"type": "layernorm"},
          {"type": "parallel", "branches": [[{"type": "linear"}, {"type": "relu"}], [{"type": "batchnorm", "mode": "eval"}, {"type": "tanh"}]]},

@@ -1,4 +1,5 @@
 #include "analysis/structure.hpp"
+#include "layers/norm.hpp"
 #include "layers/ops.hpp"
 
 #include <algorithm>
@@ -550,18 +551,12 @@ StructuredGram mlp_gram(const Model& m, const Trace& tr, const MlpGramPlan& plan
   Vec r = Vec::Ones(N), gam = Vec::Ones(F);
   ColMat U(F, Eigen::Index(k) * N);
   if (plan.norm >= 0) {
-    // The normalised tokens and 1 / std as the norm's JVP takes them (layers/norm.cpp).
     const Op& no = m.ops[static_cast<size_t>(plan.norm)];
     const Mat& x = tr.inputs[static_cast<size_t>(plan.norm)];
-    const double sf = 1.0 / std::sqrt(double(F));
+    Mat Ut;
     for (Eigen::Index t = 0; t < N; ++t) {
-      const double f0 = x(t, 0);
-      const double mean = k == 2 ? f0 + (x.row(t).array() - f0).sum() / double(F) : 0.0;
-      const double var = (x.row(t).array() - mean).square().sum() / double(F);
-      r(t) = 1.0 / std::sqrt(var + no.eps);
-      Eigen::Index j = Eigen::Index(k) * t;
-      if (k == 2) U.col(j++).setConstant(sf);
-      U.col(j) = ((x.row(t).array() - mean) * r(t) * sf).matrix().transpose();
+      r(t) = token_norm_factors(no, x.row(t), &Ut);
+      U.middleCols(Eigen::Index(k) * t, k) = Ut;
     }
     if (no.gain >= 0) gam = m.params[static_cast<size_t>(no.gain)].value.col(0);
   }

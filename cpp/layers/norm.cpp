@@ -185,6 +185,20 @@ Mat norm_jvp(const Model& m, const Op& op, const Mat& x, const Mat& dx, int n) {
   return dy;
 }
 
+double token_norm_factors(const Op& op, const Eigen::Ref<const Eigen::RowVectorXd>& x, Mat* U) {
+  const Eigen::Index F = x.size();
+  const bool centre = op.norm == NormKind::layer;
+  // Mean relative to the first element, and the biased variance, as the forward and the JVP.
+  const double mean = centre ? x(0) + (x.array() - x(0)).sum() / double(F) : 0.0;
+  const double var = (x.array() - mean).square().sum() / double(F);
+  const double denom = var + op.eps;
+  const double r = denom > 0 ? 1.0 / std::sqrt(denom) : 0.0;
+  const double sf = 1.0 / std::sqrt(double(F));
+  U->resize(F, centre ? 2 : 1);
+  if (centre) U->col(0).setConstant(sf);
+  U->col(U->cols() - 1) = ((x.array() - mean) * (r * sf)).matrix().transpose();
+  return r;
+}
 
 void norm_affine_params(std::vector<ParamSpec>& ps, int in, bool shift) {
   ps.push_back({"weight", ParamRole::gain, in, 1, Init::gain, in});

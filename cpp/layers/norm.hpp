@@ -29,6 +29,11 @@ MatT<S> norm_forward(const Op& op, const Weights<S>& w, Override<S> ov, const Ma
 // Tangent of the output for n directions dx: (n*N, F) -> (n*N, F). x: the op's input.
 Mat norm_jvp(const Model& m, const Op& op, const Mat& x, const Mat& dx, int n);
 
+// A per-token norm's (LayerNorm, RMSNorm) JVP at one token x (F values) as factors:
+// dy = gain * r * (I - U U^T) dx, with U's columns 1 / sqrt(F) (a LayerNorm only) and the
+// normalised token / sqrt(F). Returns r (1 / std, as the forward takes it); U gets 2 or 1 columns.
+double token_norm_factors(const Op& op, const Eigen::Ref<const Eigen::RowVectorXd>& x, Mat* U);
+
 // The affine parameters shared by the norm kinds: "weight" (a gain, U(0.5, 1.5)) and, with
 // `shift`, "bias" (U(-0.5, 0.5)), both (F, 1).
 struct ParamSpec;

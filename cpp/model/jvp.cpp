@@ -373,9 +373,156 @@ Mat jvp(const Model& m, const Trace& trace, const Seed& seed, int n, int stop, b
 }
 
 #ifndef BIASLAB_LEAN_ENGINE
+namespace {
+
+// Composing a row's map op by op, right to left in the chain of its factors, instead of pushing
+// the width's unit vectors through the ops: until the first Linear the map is diag(s) - P Q^T
+// (norms add their removed directions U, activations and gains scale rows), so the first Linear
+// costs a scaling of its weight and a product with a few columns, not a product with a dense
+// matrix. A pre-norm MLP block and a final norm (GPT-2's tail after attention) then cost one
+// product of the block's two widths where the unit vectors cost two.
+struct RowMap {
+  bool dense = false;
+  Vec s;     // (structured) the diagonal
+  Mat P, Q;  // (structured) the low-rank part P Q^T, Q: (width at from, k)
+  Mat T;     // (dense) the map
+  void add(const RowMap& o) {
+    if (!dense && !o.dense) {
+      s += o.s;
+      Mat p(P.rows(), P.cols() + o.P.cols()), q(Q.rows(), Q.cols() + o.Q.cols());
+      p << P, o.P;
+      q << Q, o.Q;
+      P = std::move(p);
+      Q = std::move(q);
+      return;
+    }
+    Mat other = o.to_dense();
+    if (!dense) {
+      T = to_dense();
+      dense = true;
+    }
+    T += other;
+  }
+  Mat to_dense() const {
+    if (dense) return T;
+    Mat t = -P * Q.transpose();
+    t.diagonal() += s;
+    return t;
+  }
+  void scale_rows(const Vec& g) {
+    if (dense) {
+      T = g.asDiagonal() * T;
+    } else {
+      s = s.cwiseProduct(g);
+      P = g.asDiagonal() * P;
+    }
+  }
+};
+
+// Whether compose_tail knows every op of [from, stop): Linears, activations, per-token norms
+// (and BatchNorm in eval mode), position tables, residual blocks that are not parallel.
+bool composable(const Model& m, int from, int stop) {
+  for (int i = from; i < stop; ++i) {
+    const Op& op = m.ops[static_cast<size_t>(i)];
+    switch (op.kind) {
+      case OpKind::linear:
+      case OpKind::activation:
+      case OpKind::position:
+        break;
+      case OpKind::norm:
+        if (op.norm != NormKind::layer && op.norm != NormKind::rms && op.norm != NormKind::batch_eval) return false;
+        break;
+      case OpKind::residual_begin:
+      case OpKind::residual_end:
+        if (op.parallel) return false;
+        break;
+      default:
+        return false;
+    }
+  }
+  return true;
+}
+
+std::vector<Mat> compose_tail(const Model& m, const TokenRows& sub, int from, int stop) {
+  const Eigen::Index k = static_cast<Eigen::Index>(sub.rows.size());
+  const int w_in = m.ops[static_cast<size_t>(from)].in;
+  std::vector<Mat> out(static_cast<size_t>(k));
+  Mat U;
+  for (Eigen::Index j = 0; j < k; ++j) {
+    RowMap t;
+    t.s = Vec::Ones(w_in);
+    t.P = Mat(w_in, 0);
+    t.Q = Mat(w_in, 0);
+    std::vector<RowMap> skips;  // blocks opened from `from` on (one opened before carries nothing)
+    for (int i = from; i < stop; ++i) {
+      const Op& op = m.ops[static_cast<size_t>(i)];
+      const Mat& x = sub.inputs[static_cast<size_t>(i - sub.at)];
+      switch (op.kind) {
+        case OpKind::residual_begin:
+          skips.push_back(t);
+          break;
+        case OpKind::residual_end:
+          if (!skips.empty()) {
+            t.add(skips.back());
+            skips.pop_back();
+          }
+          break;
+        case OpKind::linear: {
+          const Mat& W = m.params[static_cast<size_t>(op.w)].value;
+          if (t.dense) {
+            t.T = W * t.T;
+          } else {
+            t.T = W * t.s.asDiagonal();
+            if (t.P.cols() > 0) t.T.noalias() -= (W * t.P) * t.Q.transpose();
+            t.dense = true;
+          }
+          break;
+        }
+        case OpKind::activation:
+          t.scale_rows(op.act->derivative(x.row(j)).row(0).transpose());
+          break;
+        case OpKind::norm: {
+          Vec g = op.gain >= 0 ? Vec(m.params[static_cast<size_t>(op.gain)].value.col(0)) : Vec::Ones(op.in);
+          if (op.norm == NormKind::batch_eval) {
+            const Mat& rv = m.params[static_cast<size_t>(op.var)].value;
+            for (Eigen::Index f = 0; f < g.size(); ++f) g(f) /= std::sqrt(rv(f, 0) + op.eps);
+            t.scale_rows(g);
+            break;
+          }
+          const double r = token_norm_factors(op, x.row(j), &U);
+          g *= r;
+          // gain * r * (I - U U^T) applied to the map
+          if (t.dense) {
+            t.T -= U * (U.transpose() * t.T);
+            t.T = g.asDiagonal() * t.T;
+          } else {
+            const Eigen::Index u = U.cols(), p = t.P.cols();
+            Mat P(w_in, u + p), Q(w_in, u + p);
+            P.leftCols(u) = g.asDiagonal() * U;
+            P.rightCols(p) = g.asDiagonal() * (t.P - U * (U.transpose() * t.P));
+            Q.leftCols(u) = t.s.asDiagonal() * U;
+            Q.rightCols(p) = t.Q;
+            t.s = t.s.cwiseProduct(g);
+            t.P = std::move(P);
+            t.Q = std::move(Q);
+          }
+          break;
+        }
+        default:  // a position table adds nothing to a tangent
+          break;
+      }
+    }
+    out[static_cast<size_t>(j)] = t.to_dense();
+  }
+  return out;
+}
+
+}  // namespace
+
 std::vector<Mat> tail_jacobian(const Model& m, const Trace& trace, const TokenRows& sub, int from, int stop,
                                int chunk) {
   if (from < sub.at || from >= stop) throw std::invalid_argument("tail_jacobian: from outside the rows' ops");
+  if (composable(m, from, stop)) return compose_tail(m, sub, from, stop);
   const Eigen::Index k = static_cast<Eigen::Index>(sub.rows.size());
   const int w_in = m.ops[static_cast<size_t>(from)].in;
   const int w_out = stop < static_cast<int>(m.ops.size()) ? m.ops[static_cast<size_t>(stop)].in : m.out_features;
