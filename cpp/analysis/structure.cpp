@@ -251,41 +251,45 @@ struct Cluster {
   Vec sv;                 // singular values of the stacked Jacobian on these columns
   bool full = false;      // certified of full column rank from the Gram matrix (R not formed)
   bool sv_bound = false;  // sv holds one lower bound for every singular value (a Cholesky certificate)
-  // A wide cluster split by its Gram matrix (gram_split): the null basis and R's singular values
-  // along it, valid for the rank decision that made them (null_space takes them as they are).
+  // A wide cluster split by its Gram matrix (gram_split): the null basis and a factor of R along
+  // it, valid for the rank decision that made them (null_space takes them as they are).
   ColMat split_v;
-  Vec split_s;
-  // For confirming inputs: an orthonormal basis of the null space at the last rank decision,
-  // R's singular values along it, and the rows that confirming inputs added along it (J V,
-  // compressed), which the next full factorisation takes in as S V^T.
+  ColMat split_f;
+  // For confirming inputs: an orthonormal basis V of the null space at the last rank decision,
+  // a factor F with F^T F = V^T R^T R V (diagonal: R's singular values along V, from an SVD), and
+  // the rows that confirming inputs added along it (J V, compressed), which the next full
+  // factorisation takes in as S V^T.
   ColMat vnull;
-  Vec snull0;
+  ColMat snull0;
   ColMat snull;
 };
 
 // The numerical null space of a factored cluster: the right singular vectors whose singular
-// values are <= tau (c - kept columns), and those values (0 where R has fewer rows than columns).
-// Returns whether it factored R (an SVD), for the caller's flop count.
-bool null_space(const Cluster& cl, double tau, ColMat& v, Vec& s) {
+// values are <= tau (c - kept columns), and the diagonal of those values (0 where R has fewer rows
+// than columns) as R's factor along them. Returns whether it factored R (an SVD), for the
+// caller's flop count.
+bool null_space(const Cluster& cl, double tau, ColMat& v, ColMat& f) {
   const Eigen::Index c = static_cast<Eigen::Index>(cl.cols.size());
   Eigen::Index kept = 0;
   for (Eigen::Index i = 0; i < cl.sv.size(); ++i) kept += cl.sv(i) > tau;
   const Eigen::Index d = c - kept;
-  s = Vec::Zero(d);
+  Vec s = Vec::Zero(d);
   if (d == 0) {
     v = ColMat(c, 0);
+    f = ColMat(0, 0);
     return false;
   }
 #ifndef BIASLAB_LEAN_ENGINE
   if (cl.split_v.cols() == d) {  // gram_split made them for this rank
     v = cl.split_v;
-    s = cl.split_s;
+    f = cl.split_f;
     return false;
   }
 #endif
   if (kept == 0 || cl.R.rows() == 0) {
     v = ColMat::Identity(c, c).rightCols(d);
     for (Eigen::Index i = 0; i < d && i < cl.sv.size(); ++i) s(i) = cl.sv(i);
+    f = s.asDiagonal();
     return false;
   }
   Eigen::BDCSVD<ColMat> svd(cl.R, Eigen::ComputeFullV);
@@ -293,6 +297,7 @@ bool null_space(const Cluster& cl, double tau, ColMat& v, Vec& s) {
   const Vec& all = svd.singularValues();
   for (Eigen::Index i = 0; i < d; ++i)
     if (kept + i < all.size()) s(i) = all(kept + i);
+  f = s.asDiagonal();
   return true;
 }
 
@@ -396,7 +401,8 @@ struct Split {
   int rank = 0;
   double kept = 0;  // a lower bound on the r kept singular values
   ColMat v;         // c x (c - r), orthonormal
-  Vec s;            // singular values of M v, descending
+  ColMat f;         // M v's triangular factor (f^T f = v^T M^T M v)
+  double top = 0;   // an upper bound on sigma_max(M v), within tau
 };
 
 // Over `budget` flops in all (*flops included) once the rank is known: nothing.
@@ -434,10 +440,12 @@ std::optional<Split> gram_split(const ColMat& M, ColMat G, double tau, double* f
   }
   *flops += double(r) * double(r) * (double(c) - 2.0 * double(r) / 3.0);
   if (r == c) return std::nullopt;
-  const double d_null = double(c - r), rest = double(m) * double(c) * d_null * 2.0 + 2.0 * std::pow(double(r), 3) / 3.0 +
-                                               2.0 * double(m) * d_null * d_null + 12.0 * std::pow(d_null, 3) +
-                                               6.0 * double(c) * d_null * d_null;
-  if (*flops + rest > budget) return std::nullopt;
+  // (M V and V's QR only where r > 0; the singular values of M V only where its norm is not enough)
+  const double d_null = double(c - r),
+               rest = (r > 0 ? 2.0 * double(m) * double(c) * d_null + 6.0 * double(c) * d_null * d_null : 0.0) +
+                      2.0 * std::pow(double(r), 3) / 3.0 + 2.0 * double(m) * d_null * d_null,
+               values = 4.0 * std::pow(d_null, 3);
+  if (*flops + rest + values > budget) return std::nullopt;
   Split out;
   out.rank = static_cast<int>(r);
   if (r > 0) {
@@ -459,27 +467,36 @@ std::optional<Split> gram_split(const ColMat& M, ColMat G, double tau, double* f
     }
   }
   const Eigen::Index dn = c - r;
-  ColMat X = ColMat::Zero(c, dn);
-  if (r > 0)
+  ColMat Y;
+  if (r == 0) {  // nothing kept: V is the identity, M V is M
+    out.v = ColMat::Identity(c, c);
+    Y = M;
+  } else {
+    ColMat X = ColMat::Zero(c, dn);
     X.topRows(r) = A.topLeftCorner(r, r).triangularView<Eigen::Lower>().transpose().solve(-A.block(r, 0, dn, r).transpose());
-  X.bottomRows(dn).setIdentity();
-  ColMat V0(c, dn);
-  for (Eigen::Index k = 0; k < c; ++k) V0.row(perm[static_cast<size_t>(k)]) = X.row(k);
-  Eigen::HouseholderQR<ColMat> qr(V0);
-  out.v = qr.householderQ() * ColMat::Identity(c, dn);
-  const ColMat Y = M * out.v;
-  // V turned to Y's right singular vectors: V^T M^T M V is then diagonal, and out.s are M's
-  // singular values along V, as the SVD path's null values are (try_confirm and the report
-  // stack them as a diagonal).
-  ColMat T = Y;
-  if (Y.rows() > 2 * dn) T = Eigen::HouseholderQR<ColMat>(Y).matrixQR().topRows(dn).triangularView<Eigen::Upper>();
-  const Eigen::BDCSVD<ColMat> svd(T, Eigen::ComputeFullV);
-  out.s = svd.singularValues();
-  out.v = out.v * svd.matrixV();
+    X.bottomRows(dn).setIdentity();
+    ColMat V0(c, dn);
+    for (Eigen::Index k = 0; k < c; ++k) V0.row(perm[static_cast<size_t>(k)]) = X.row(k);
+    Eigen::HouseholderQR<ColMat> qr(V0);
+    out.v = qr.householderQ() * ColMat::Identity(c, dn);
+    Y = M * out.v;
+  }
+  // M along V as a triangular factor (try_confirm stacks its inputs' rows under it, the report
+  // takes its singular values): no rotation of V to singular vectors is needed.
+  out.f = Y.rows() > dn ? ColMat(Eigen::HouseholderQR<ColMat>(Y).matrixQR().topRows(dn).triangularView<Eigen::Upper>()) : Y;
   *flops += rest;
   // |fl(M V) - M V|_2 <= |fl(M V) - M V|_F <= gamma_c |M|_F |V|_F, with |V|_F = sqrt(c - r).
   const double rounding = double(c + 2) * 0x1.0p-53 * std::sqrt(fro2 * d_null);
-  if (!(out.s.size() == dn && out.s(0) + rounding <= tau)) return std::nullopt;
+  // sigma_max(M V) <= |M V|_F; where that is not within tau, the factor's largest singular
+  // value, which the QR's rounding (backward stable: within gamma_(m+dn) |Y|_F) can move.
+  const double fro_y = Y.norm();
+  out.top = fro_y;
+  if (!(out.top + rounding <= tau)) {
+    *flops += values;
+    out.top = Eigen::BDCSVD<ColMat>(out.f).singularValues()(0) + 2.0 * double(m + dn) * 0x1.0p-53 * fro_y;
+  }
+  if (!(out.top + rounding <= tau)) return std::nullopt;
+  out.top += rounding;
   return out;
 }
 
@@ -910,16 +927,18 @@ namespace {
                                                 double* flops, bool* computed, bool* stopped) {
   const ModelParam& p = m_.params[param];
   const int n = static_cast<int>(p.value.size()), start = p.op, d = static_cast<int>(basis.size());
-  const double every_row = structural_flops_per_input(m_, p, false, INFINITY, cut) * d / std::max(1, n);
   // The bound starts where the seed has entered: at the rows' op, or after it when the seed
   // enters there (a Linear's bias is added inside its op, whose input carries no tangent).
   const int from = plan.at == start ? start + 1 : plan.at;
+  // The basis's tangents at every row: up to `from` for the bound, to the cut where computed.
+  const double to_from = structural_flops_per_input(m_, p, false, INFINITY, from) * d / std::max(1, n);
+  const double every_row = structural_flops_per_input(m_, p, false, INFINITY, cut) * d / std::max(1, n);
   double sq = 0;
   for (int k = 0; k < inputs && std::sqrt(sq) <= tau; ++k) {
     const Trace& tr = pool_.get(k);
     const Vec at = token_norms(m_, tr, param, basis, from, opt_.chunk_elements, cancelled, stopped);
     if (*stopped) return sq;
-    *flops += every_row;  // at most: the ops before the rows' op, at every row
+    *flops += to_from;
     double b = (tail_bounds(m_, tr, from, cut).array().square() * at.array()).sum();
     if (!(std::sqrt(sq + b) <= tau)) {
       b = token_norms(m_, tr, param, basis, cut, opt_.chunk_elements, cancelled, stopped).sum();
@@ -1060,7 +1079,7 @@ Structure StructureSolver::solve(int param, const std::function<bool()>& cancell
         // A wide cluster: certified full from its Gram matrix already, or split by it (gram_split)
         // where it is not, instead of a QR and an SVD.
         cl.split_v.resize(0, 0);
-        cl.split_s.resize(0);
+        cl.split_f.resize(0, 0);
         if (splits(cl) && cl.full) {  // certified before the loop stopped
           done = true;
         } else if (splits(cl)) {
@@ -1072,10 +1091,10 @@ Structure StructureSolver::solve(int param, const std::function<bool()>& cancell
             if (auto split = gram_split(cl.R, std::move(gram_m), tau, &out.flops, opt_.max_flops)) {
               cl.sv.resize(c);
               cl.sv.head(split->rank).setConstant(split->kept);
-              cl.sv.tail(c - split->rank) = split->s;
+              cl.sv.tail(c - split->rank).setConstant(split->top);
               cl.sv_bound = true;
               cl.split_v = std::move(split->v);
-              cl.split_s = std::move(split->s);
+              cl.split_f = std::move(split->f);
               ++out.gram_splits;
               done = true;
             }
@@ -1262,7 +1281,7 @@ Structure StructureSolver::solve(int param, const std::function<bool()>& cancell
       S.bottomRows(Yc.rows()) = Yc;
       compress(S, &out.flops);
       ColMat all(dc + S.rows(), dc);
-      all.topRows(dc) = cl.snull0.asDiagonal();
+      all.topRows(dc) = cl.snull0;
       all.bottomRows(S.rows()) = S;
       const Vec s_new = singular_values(all);
       if (s_new.size() > 0 && s_new(0) > tau_now) return false;
@@ -1622,7 +1641,7 @@ Structure StructureSolver::solve(int param, const std::function<bool()>& cancell
       }
     if (cl.vnull.cols() > 0) {
       ColMat all(cl.vnull.cols() + cl.snull.rows(), cl.vnull.cols());
-      all.topRows(cl.vnull.cols()) = cl.snull0.asDiagonal();
+      all.topRows(cl.vnull.cols()) = cl.snull0;
       all.bottomRows(cl.snull.rows()) = cl.snull;
       null_max = std::max(null_max, singular_values(all).maxCoeff());
     }
