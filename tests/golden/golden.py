@@ -17,9 +17,10 @@ Regenerate the reports only for a change that is meant to change answers, and sa
 commit. A report compares equal when its JSON values are equal: strings, integers, booleans and
 the order of arrays exactly; other numbers to RTOL relative; and the fields that measure rounding
 itself (ROUNDING_FIELDS: a null singular value, a fold's delta, a noise floor) within a factor of
-ROUNDING_FACTOR. The engine's doubles are the same from run to run on one machine, but their last
-bits differ between x86-64 CPUs (the math library picks other code for exp and sin where the CPU
-has FMA), and a quantity that is itself rounding then differs by up to 20%.
+ROUNDING_FACTOR. The engine's doubles are the same from run to run on one machine (the reports are
+made on one thread), but their last bits differ between x86-64 CPUs (the math library picks other
+code for exp and sin where the CPU has FMA), and a quantity that is itself rounding then differs
+by up to 20%.
 
 Exit status: 0 all equal, 1 differences (each printed with its first differing field), 2 usage.
 """
@@ -56,7 +57,9 @@ def numbers_match(a, b, field):
 
 
 def run(biaslab, args, stdin=None):
-    done = subprocess.run([biaslab] + args, input=stdin, capture_output=True, text=True, check=False)
+    # One thread: the native build's matrix products round differently with more (CMakeLists.txt).
+    env = dict(os.environ, OMP_NUM_THREADS="1")
+    done = subprocess.run([biaslab] + args, input=stdin, capture_output=True, text=True, check=False, env=env)
     return done.returncode, done.stdout, done.stderr
 
 
