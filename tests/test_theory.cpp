@@ -6,6 +6,9 @@
 #include <map>
 #include <set>
 #include <string>
+#ifdef _OPENMP
+#include <omp.h>
+#endif
 
 #include "analysis/measure.hpp"
 #include "model/presets.hpp"
@@ -503,4 +506,37 @@ TEST_CASE("structure: a rank decision that would overrun the budget is not start
   const Structure full = StructureSolver(b.model, pool).solve(p);
   CHECK(full.determined);
   CHECK(full.redundant_dim == 1);
+}
+
+// Natively, the sweep's points of one bias run side by side (OpenMP), each on one thread. The
+// numbers must be those the points give one after the other: every delta and floor of every
+// series equal to the last bit, with two threads against one (GPT-2's preset: a redundant part
+// too). Eigen's own products stay on one thread in both (with more they round differently
+// everywhere, the base run included). Without OpenMP there is nothing to compare.
+TEST_CASE("sweep: points run side by side give the numbers of one thread") {
+#ifdef _OPENMP
+  const Preset* pr = find_preset("gpt2-block");
+  REQUIRE(pr != nullptr);
+  const int before = omp_get_max_threads(), eigen_before = Eigen::nbThreads();
+  Eigen::setNbThreads(1);
+  omp_set_num_threads(1);
+  const json one = report_of(pr->config, false, false, true);
+  omp_set_num_threads(2);
+  const json two = report_of(pr->config, false, false, true);
+  omp_set_num_threads(before);
+  Eigen::setNbThreads(eigen_before);
+  const json& a = one.at("sweep").at("series");
+  const json& b = two.at("sweep").at("series");
+  REQUIRE(a.size() == b.size());
+  int compared = 0;
+  for (size_t i = 0; i < a.size(); ++i)
+    for (const char* key : {"delta", "noise_floor", "delta_redundant", "noise_floor_redundant"}) {
+      if (!a[i].contains(key)) continue;
+      CAPTURE(a[i].at("param").get<std::string>());
+      CAPTURE(key);
+      CHECK(a[i].at(key).dump() == b[i].at(key).dump());
+      ++compared;
+    }
+  CHECK(compared >= 16);
+#endif
 }

@@ -14,6 +14,7 @@
 // of 4 covers the float64 estimate, which is a scaled measurement, not the error itself.)
 #pragma once
 
+#include <atomic>
 #include <optional>
 
 #include "model/forward.hpp"
@@ -67,7 +68,7 @@ class Evaluator {
   Eval base_;
   Recording<float> rec32_;  // the base forward, to restart perturbed ones part-way
   Recording<double> rec64_;
-  mutable long runs_ = 0;
+  mutable std::atomic<long> runs_{0};  // (the sweep runs points side by side)
 };
 
 // Combines one computation done in float32 and in float64 into an Eval for `dtype`.
