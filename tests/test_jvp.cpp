@@ -295,7 +295,8 @@ TEST_CASE("jvp: unit bias directions through activations take the one-hot path, 
   // (model/jvp.cpp, OneHot). The same directions as a per-token seed go the dense way; the two
   // must agree exactly, since the dense product only adds exact zeros to the one nonzero term
   // (a zero may differ in sign, which the difference does not see).
-  // Every other op, and the end of the stack, takes the batch in dense form.
+  // Every other op, and the end of the stack, takes the batch in dense form; a Linear right after
+  // the bias takes one column of its weight per unit direction (16 directions on).
   auto check = [](const std::string& layers, int stop_from_end) {
     auto b = build(net(2, 3, 5, layers));
     const Model& m = b.model;
@@ -341,6 +342,9 @@ TEST_CASE("jvp: unit bias directions through activations take the one-hot path, 
   }
   SUBCASE("an activation then a norm") {
     check(R"({"type": "linear"}, {"type": "gelu"}, {"type": "rmsnorm"}, {"type": "linear"})", 0);
+  }
+  SUBCASE("a Linear right after the bias: 16 directions and more pick its weight's columns") {
+    check(R"({"type": "linear", "out_features": 20}, {"type": "linear", "out_features": 9}, {"type": "gelu"}, {"type": "linear"})", 0);
   }
 }
 

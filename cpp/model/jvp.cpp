@@ -331,6 +331,24 @@ Mat run_jvp(const Model& m, const Trace& trace, const Seed& seed, int n, int sta
           d = Tangent{glu_jvp(m, op, x, d ? &*d : nullptr, seed, n), false};
         break;
       case OpKind::linear:  // token-independent: keeps broadcast form
+#ifndef BIASLAB_LEAN_ENGINE
+        // Unit directions (a norm's shift, a Linear's bias into the next Linear): each row picks
+        // one column of W, the product's own values (its other terms are exact zeros).
+        if (d && d->broadcast && d->v.rows() >= 16) {
+          if (const auto col = one_hot_columns(d->v)) {
+            const Mat& W = m.params[op.w].value;
+            Mat v = Mat::Zero(d->v.rows(), W.rows());
+            for (Eigen::Index a = 0; a < v.rows(); ++a)
+              if ((*col)[static_cast<size_t>(a)] >= 0) {
+                const int j = (*col)[static_cast<size_t>(a)];
+                v.row(a) = d->v(a, j) * W.col(j).transpose();
+              }
+            d->v = std::move(v);
+            add_seed(op.b);
+            break;
+          }
+        }
+#endif
         if (d) d->v = Mat(d->v * m.params[op.w].value.transpose());  // moved in, not copied
         add_seed(op.b);
         break;
