@@ -508,11 +508,12 @@ TEST_CASE("structure: a rank decision that would overrun the budget is not start
   CHECK(full.redundant_dim == 1);
 }
 
-// Natively, the sweep's points of one bias run side by side (OpenMP), each on one thread. The
-// numbers must be those the points give one after the other: every delta and floor of every
-// series equal to the last bit, with two threads against one (GPT-2's preset: a redundant part
-// too). Eigen's own products stay on one thread in both (with more they round differently
-// everywhere, the base run included). Without OpenMP there is nothing to compare.
+// Natively, the sweep's points of one bias run side by side (OpenMP), each on one thread; on one
+// thread they run one after the other, by the code the wasm build has. The numbers must be the
+// same: every delta and floor of every series equal to the last bit, with two threads against
+// one (GPT-2's preset: a redundant part too). Eigen's own products stay on one thread in both
+// (with more they round differently everywhere, the base run included). Without OpenMP there is
+// nothing to compare.
 TEST_CASE("sweep: points run side by side give the numbers of one thread") {
 #ifdef _OPENMP
   const Preset* pr = find_preset("gpt2-block");

@@ -5,6 +5,9 @@
 #include <vector>
 
 #include "analysis/analysis.hpp"
+#ifdef _OPENMP
+#include <omp.h>
+#endif
 #include "core/cold.hpp"
 #include "core/rng.hpp"
 
@@ -20,62 +23,74 @@ BIASLAB_COLD Sweep analyse_sweep(Context& c) {
     const ModelParam& p = c.model.params[pi];
     c.step("sweep " + p.name, 0.85 + 0.15 * bi / c.bias_params.size());
     const Structure& st = c.structures[bi];
-    // `unit`: the run already made at size 1 in this direction (the same values bit for bit).
-    // A point whose change is over kSweepFar times the unperturbed model's own floor has no
-    // floor measured: its companion run in the other precision is skipped. The points of a bias
-    // are independent runs: natively they run side by side (each on one thread, so each rounds
-    // as it would alone), and are put in order after.
-    struct Point {
-      const Vec* u;
-      const Eval* unit;
-      double size;
-      std::optional<Eval> e;
-      double moved = 0;
-    };
-    std::vector<Point> points;
-    auto plan = [&](const Vec& u, const Eval* unit) {
-      for (double sz : out.sizes) points.push_back({&u, sz == 1.0 ? unit : nullptr, sz, std::nullopt, 0.0});
-    };
+#ifdef _OPENMP
+    // Natively a bias's points run side by side first, each on one thread (Eigen does not split
+    // a product inside a parallel region), so each rounds as it would alone; `run` takes them in
+    // order (`at`). The redundant part's direction is drawn here as below, from the same stream.
+    // On one thread, nothing here: `run` makes them one after the other.
     const bool redundant = st.determined && st.redundant_dim > 0 && st.redundant_dim < st.size;
-    Vec un;
+    Vec un_pre;
     if (redundant) {
       Rng rng(c.cfg.seed, "null." + p.name);
       Vec g(st.redundant_dim);
       for (int i = 0; i < g.size(); ++i) g(i) = rng.normal();
-      un = st.null_basis * g;
-      un *= std::sqrt(double(st.size)) / un.norm();
+      un_pre = st.null_basis * g;
+      un_pre *= std::sqrt(double(st.size)) / un_pre.norm();
     }
-    plan(c.directions[bi], &c.unit_runs[bi]);
-    if (redundant) plan(un, c.null_runs[bi] ? &*c.null_runs[bi] : nullptr);
-    const int count = static_cast<int>(points.size());
-#ifdef _OPENMP
+    const int k = static_cast<int>(out.sizes.size()), count = omp_get_max_threads() < 2 ? 0 : redundant ? 2 * k : k;
+    std::vector<std::optional<Eval>> pre(static_cast<size_t>(count));
+    std::vector<double> pre_moved(static_cast<size_t>(count), 0.0);
 #pragma omp parallel for schedule(dynamic)
-#endif
     for (int i = 0; i < count; ++i) {
-      Point& pt = points[static_cast<size_t>(i)];
-      if (pt.unit) {
-        pt.e = *pt.unit;
-      } else {
-        const Mat v = p.value + Mat(*pt.u * pt.size);
-        pt.e = c.ev->run_near(pi, &v, far, &pt.moved);
-      }
+      const double sz = out.sizes[static_cast<size_t>(i % k)];
+      if (sz == 1.0 && (i < k || c.null_runs[bi])) continue;  // the unit run
+      const Mat v = p.value + Mat((i < k ? c.directions[bi] : un_pre) * sz);
+      pre[static_cast<size_t>(i)] = c.ev->run_near(pi, &v, far, &pre_moved[static_cast<size_t>(i)]);
     }
+    size_t at = 0;
+#endif
+    // `unit`: the run already made at size 1 in this direction (the same values bit for bit).
+    // A point whose change is over kSweepFar times the unperturbed model's own floor has no
+    // floor measured: its companion run in the other precision is skipped.
+    auto run = [&](const Vec& u, const Eval* unit, std::vector<double>& delta, std::vector<double>& floor) {
+      for (double sz : out.sizes) {
+#ifdef _OPENMP
+        const size_t here = at++;
+#endif
+        std::optional<Eval> e;
+        double moved = 0;
+        if (sz == 1.0 && unit) {
+          e = *unit;
+#ifdef _OPENMP
+        } else if (here < pre.size()) {
+          e = std::move(pre[here]);
+          moved = pre_moved[here];
+#endif
+        } else {
+          const Mat v = p.value + Mat(u * sz);
+          e = c.ev->run_near(pi, &v, far, &moved);
+        }
+        if (!e) {
+          delta.push_back(moved);
+          floor.push_back(none);
+          continue;
+        }
+        const Delta d = Evaluator::compare(c.ev->base(), *e);
+        delta.push_back(d.finite ? d.max_abs : none);
+        floor.push_back(d.finite && d.max_abs > far ? none : d.floor);  // the same rule for reused runs
+      }
+    };
     SweepSeries s;
     s.param = p.name;
-    s.has_redundant = redundant;
-    for (int i = 0; i < count; ++i) {
-      const Point& pt = points[static_cast<size_t>(i)];
-      const bool second = i >= static_cast<int>(out.sizes.size());
-      std::vector<double>& delta = second ? s.delta_redundant : s.delta;
-      std::vector<double>& floor = second ? s.floor_redundant : s.floor;
-      if (!pt.e) {
-        delta.push_back(pt.moved);
-        floor.push_back(none);
-        continue;
-      }
-      const Delta d = Evaluator::compare(c.ev->base(), *pt.e);
-      delta.push_back(d.finite ? d.max_abs : none);
-      floor.push_back(d.finite && d.max_abs > far ? none : d.floor);  // the same rule for reused runs
+    run(c.directions[bi], &c.unit_runs[bi], s.delta, s.floor);
+    if (st.determined && st.redundant_dim > 0 && st.redundant_dim < st.size) {
+      Rng rng(c.cfg.seed, "null." + p.name);
+      Vec g(st.redundant_dim);
+      for (int i = 0; i < g.size(); ++i) g(i) = rng.normal();
+      Vec un = st.null_basis * g;
+      un *= std::sqrt(double(st.size)) / un.norm();
+      s.has_redundant = true;
+      run(un, c.null_runs[bi] ? &*c.null_runs[bi] : nullptr, s.delta_redundant, s.floor_redundant);
     }
     out.series.push_back(std::move(s));
   }

@@ -1700,10 +1700,12 @@ Structure StructureSolver::solve(int param, const std::function<bool()>& cancell
                   "token of the %d input(s) (%s): their tangents stay within the threshold",
                   plan.per_sample, d, inputs, computed ? "computed" : "bounded through the per-token layers");
     rows_note = buf;
+#ifndef BIASLAB_LEAN_ENGINE  // (the first-load engine has no structured Gram matrix: its bytes count)
   } else if (out.structured_gram) {
     rows_note = "; certified on every token at once, from a Gram matrix built from the activation's derivatives and "
                 "the next layers' weights";
     out.sigma_bounds = true;
+#endif
   } else if (kTokenRows && plan.at >= 0 && basis.empty()) {
     rows_note = "; ranked from the last " + std::to_string(plan.per_sample) +
                 " token(s) of each sample (full rank there is full rank on every row)";
