@@ -1,5 +1,6 @@
 // The sweep: each bias's change of the output against the size of its move.
 #include <cmath>
+#include <exception>
 #include <limits>
 #include <optional>
 #include <vector>
@@ -27,7 +28,8 @@ BIASLAB_COLD Sweep analyse_sweep(Context& c) {
     // Natively a bias's points run side by side first, each on one thread (Eigen does not split
     // a product inside a parallel region), so each rounds as it would alone; `run` takes them in
     // order (`at`). The redundant part's direction is drawn here as below, from the same stream.
-    // On one thread, nothing here: `run` makes them one after the other.
+    // On one thread, nothing here: `run` makes them one after the other; nor where the points'
+    // outputs (two precisions each, all held until `run` takes them) would pass 256 MB.
     const bool redundant = st.determined && st.redundant_dim > 0 && st.redundant_dim < st.size;
     Vec un_pre;
     if (redundant) {
@@ -37,16 +39,25 @@ BIASLAB_COLD Sweep analyse_sweep(Context& c) {
       un_pre = st.null_basis * g;
       un_pre *= std::sqrt(double(st.size)) / un_pre.norm();
     }
-    const int k = static_cast<int>(out.sizes.size()), count = omp_get_max_threads() < 2 ? 0 : redundant ? 2 * k : k;
+    const int k = static_cast<int>(out.sizes.size());
+    const double bytes = 2.0 * k * 2.0 * double(c.ev->base().y.size()) * sizeof(double);
+    const int count = omp_get_max_threads() < 2 || bytes > 256.0 * 1024 * 1024 ? 0 : redundant ? 2 * k : k;
     std::vector<std::optional<Eval>> pre(static_cast<size_t>(count));
     std::vector<double> pre_moved(static_cast<size_t>(count), 0.0);
+    std::exception_ptr failed;  // (an exception must not leave the parallel region)
 #pragma omp parallel for schedule(dynamic)
     for (int i = 0; i < count; ++i) {
       const double sz = out.sizes[static_cast<size_t>(i % k)];
       if (sz == 1.0 && (i < k || c.null_runs[bi])) continue;  // the unit run
-      const Mat v = p.value + Mat((i < k ? c.directions[bi] : un_pre) * sz);
-      pre[static_cast<size_t>(i)] = c.ev->run_near(pi, &v, far, &pre_moved[static_cast<size_t>(i)]);
+      try {
+        const Mat v = p.value + Mat((i < k ? c.directions[bi] : un_pre) * sz);
+        pre[static_cast<size_t>(i)] = c.ev->run_near(pi, &v, far, &pre_moved[static_cast<size_t>(i)]);
+      } catch (...) {
+#pragma omp critical(biaslab_sweep)
+        if (!failed) failed = std::current_exception();
+      }
     }
+    if (failed) std::rethrow_exception(failed);
     size_t at = 0;
 #endif
     // `unit`: the run already made at size 1 in this direction (the same values bit for bit).
