@@ -40,9 +40,13 @@ file(WRITE "${tmp}/unknown_type.json" [[{"version": 1, "layers": [{"type": "conv
 file(WRITE "${tmp}/small.json"
   [[{"version": 1, "seed": 3, "shape": {"batch": 2, "tokens": 4, "features": 8}, "layers": [{"type": "linear"}, {"type": "batchnorm"}]}]])
 
-# The Jacobian is stacked at the output's width (768), not the MLP's hidden width (3072). One
-# token a sample: too few for token rows (plan_rows), so every row is stacked.
+# The Jacobian is stacked at the output's width (768), not the hidden width (3072). One token a
+# sample: too few for token rows (plan_rows), so every row is stacked.
 file(WRITE "${tmp}/wide_mlp.json"
+  [[{"version": 1, "shape": {"batch": 32, "tokens": 1, "features": 768}, "layers": [{"type": "linear", "out_features": 3072}, {"type": "layernorm"}, {"type": "linear", "out_features": 768}, {"type": "layernorm"}]}]])
+# With an activation instead of the LayerNorm, the first bias's Gram matrix comes from the
+# layers' factors (3072 x 3072), and the same shape is answered instead of refused.
+file(WRITE "${tmp}/wide_gelu_mlp.json"
   [[{"version": 1, "shape": {"batch": 32, "tokens": 1, "features": 768}, "layers": [{"type": "linear", "out_features": 3072}, {"type": "gelu"}, {"type": "linear", "out_features": 768}, {"type": "layernorm"}]}]])
 # One token a sample: every row is stacked (plan_rows), 4096 directions x 256 rows x 4096.
 file(WRITE "${tmp}/huge_jacobian.json"
@@ -67,7 +71,9 @@ run("unknown layer type" 2 "" "layers\\[0\\]\\.type: .*conv2d" ARGS analyze "${t
 run("a Jacobian beyond the memory limit names the layer" 2 "" "layers\\[0\\]: .*Jacobian.*limit" ARGS analyze "${tmp}/huge_jacobian.json")
 run("the Jacobian's size counts the width it is stacked at" 2 "" "layers\\[0\\]: .*layers\\.0\\.bias needs a Jacobian of up to 72 M entries per input \\(3072 directions x 32 tokens x width 768\\)"
     ARGS analyze "${tmp}/wide_mlp.json")
-run("work beyond the limit is refused up front" 2 "" "layers: .*GFLOP; the limit is 400 GFLOP" ARGS analyze "${tmp}/too_much_work.json")
+run("a wide MLP's first bias is answered from its layers' factors" 0 "layers\\.0\\.bias +0 of 3072 +effective" ""
+    ARGS analyze "${tmp}/wide_gelu_mlp.json" --no-sweep)
+run("work beyond the limit is refused up front" 2 "" "layers: .*GFLOP; the limit is 1000 GFLOP" ARGS analyze "${tmp}/too_much_work.json")
 run("missing file" 2 "" "cannot read" ARGS analyze "${tmp}/does_not_exist.json")
 run("unknown preset" 2 "" "unknown preset" ARGS analyze --preset nope)
 run("unknown format" 2 "" "unknown format" ARGS analyze --preset default --format yaml)

@@ -394,9 +394,11 @@ TEST_CASE("structure: a wide cluster split by its Gram matrix answers as the SVD
 TEST_CASE("structure: an MLP's first bias certified from its layers' factors answers as the stacked rows do") {
   struct Case {
     const char* layers;
-    bool constant_column;
+    int tweak;  // 1: a constant column of W2; 2: unit 7's up projection zero; 3: its gate's
     bool structured;
     int nullity;
+    const char* param = nullptr;  // default: the first Linear's bias
+    int lin = 2;                  // ops from the bias's op to W2's
   };
   const Case cases[] = {
       {R"({"type":"linear","out_features":512},{"type":"gelu","approximate":"tanh"},{"type":"linear","out_features":64},{"type":"layernorm"})", false, true, 0},
@@ -405,16 +407,36 @@ TEST_CASE("structure: an MLP's first bias certified from its layers' factors ans
       {R"({"type":"linear","out_features":512},{"type":"gelu"},{"type":"linear","out_features":64})", false, true, 0},
       {R"({"type":"linear","out_features":512},{"type":"gelu"},{"type":"linear","out_features":64},{"type":"layernorm"})", true, false, 1},
       {R"({"type":"linear","out_features":512},{"type":"silu"},{"type":"linear","out_features":64},{"type":"rmsnorm"})", true, true, 0},
+      // A gated FFN's gate and up biases: d_t is act'(g_t) u_t and act(g_t) (SwiGLU, GeGLU).
+      {R"({"type":"glu","hidden":512,"bias":true},{"type":"layernorm"})", false, true, 0, "layers.0.gate_proj.bias", 1},
+      {R"({"type":"glu","hidden":512,"bias":true},{"type":"layernorm"})", false, true, 0, "layers.0.up_proj.bias", 1},
+      {R"({"type":"residual","body":[{"type":"rmsnorm"},{"type":"glu","hidden":512,"bias":true,"activation":"gelu_tanh"}]})", false, true, 0, "layers.0.body.1.gate_proj.bias", 1},
+      {R"({"type":"glu","hidden":512,"bias":true},{"type":"layernorm"})", true, false, 1, "layers.0.gate_proj.bias", 1},
+      {R"({"type":"glu","hidden":512,"bias":true},{"type":"layernorm"})", true, false, 1, "layers.0.up_proj.bias", 1},
+      // u_7 = 0 on every token: the gate bias's direction 7 is null, the up bias's is not; with
+      // g_7 = 0, silu(g_7) = 0 makes the up bias's null, and the gate's is not (silu'(0) u_7).
+      {R"({"type":"glu","hidden":512,"bias":true},{"type":"rmsnorm"})", 2, false, 1, "layers.0.gate_proj.bias", 1},
+      {R"({"type":"glu","hidden":512,"bias":true},{"type":"rmsnorm"})", 2, true, 0, "layers.0.up_proj.bias", 1},
+      {R"({"type":"glu","hidden":512,"bias":true},{"type":"rmsnorm"})", 3, false, 1, "layers.0.up_proj.bias", 1},
+      {R"({"type":"glu","hidden":512,"bias":true},{"type":"rmsnorm"})", 3, true, 0, "layers.0.gate_proj.bias", 1},
   };
   int k = 0;
   for (const Case& cs : cases) {
     const std::string cfg = stack(31 + k++, shape(2, 16, 64), cs.layers);
     INFO(cfg);
     auto b = build(cfg);
-    const int p = param_index(b.model, b.model.params[1].name.find("body") != std::string::npos ? "layers.0.body.1.bias" : "layers.0.bias");
-    if (cs.constant_column) {
-      Mat& w = b.model.params[static_cast<size_t>(b.model.ops[static_cast<size_t>(b.model.params[static_cast<size_t>(p)].op + 2)].w)].value;
+    const int p = param_index(b.model, cs.param ? cs.param
+                                       : b.model.params[1].name.find("body") != std::string::npos ? "layers.0.body.1.bias"
+                                                                                                  : "layers.0.bias");
+    const Op& op = b.model.ops[static_cast<size_t>(b.model.params[static_cast<size_t>(p)].op)];
+    if (cs.tweak == 1) {
+      Mat& w = b.model.params[static_cast<size_t>(b.model.ops[static_cast<size_t>(b.model.params[static_cast<size_t>(p)].op + cs.lin)].w)].value;
       w.col(7).setConstant(0.3);
+    }
+    if (cs.tweak >= 2) {
+      const bool up = cs.tweak == 2;
+      b.model.params[static_cast<size_t>(up ? op.wu : op.wg)].value.row(7).setZero();
+      b.model.params[static_cast<size_t>(up ? op.bu : op.bg)].value(7, 0) = 0;
     }
     StructureOptions on, off;
     off.structured_gram = false;
@@ -450,6 +472,33 @@ TEST_CASE("structure: an MLP's first bias certified from its layers' factors ans
     CHECK(a.kept_min > 0);
     CHECK(a.kept_min * a.reference <= smin * (1 + 1e-12));
   }
+}
+
+// Where the Gram matrix from the factors does not certify full rank (a column of W2 the
+// LayerNorm centres away) and the stacked rows would exceed the Jacobian limit, the bias stops
+// on that limit with its bounds (analyze() does not refuse such a bias up front).
+TEST_CASE("structure: a gated FFN's bias the factors cannot certify stops on the Jacobian limit, with its bounds") {
+  auto b = build(stack(5, shape(2, 16, 64), R"({"type":"glu","hidden":512,"bias":true},{"type":"layernorm"})"));
+  const int p = param_index(b.model, "layers.0.up_proj.bias");
+  const Op& op = b.model.ops[static_cast<size_t>(b.model.params[static_cast<size_t>(p)].op)];
+  b.model.params[static_cast<size_t>(b.model.ops[static_cast<size_t>(b.model.params[static_cast<size_t>(p)].op + 1)].w)].value.col(3).setConstant(-0.2);
+  CHECK(structured_gram_flops(b.model, p, static_cast<int>(b.model.ops.size())) > 0);
+  CHECK(op.kind == OpKind::glu);
+  StructureOptions small;
+  small.max_jacobian_entries = 1e5;  // below 512 directions x the rows x 64
+  TracePool pool(b.model, b.config);
+  const Structure st = StructureSolver(b.model, pool, small).solve(p);
+  CAPTURE(st.stop_note);
+  CHECK_FALSE(st.determined);
+  CHECK(st.stop == StopRule::budget);
+  CHECK(st.redundant_dim_min == 0);
+  CHECK(st.redundant_dim_max == 512);
+  CHECK(st.stop_note.find("did not certify full rank") != std::string::npos);
+  // Within the limit, the rows find the one null direction.
+  TracePool pool2(b.model, b.config);
+  const Structure all = StructureSolver(b.model, pool2, StructureOptions{}).solve(p);
+  CHECK(all.determined);
+  CHECK(all.redundant_dim == 1);
 }
 
 // A null space that the last tokens have and the first does not: a causal convolution of kernel

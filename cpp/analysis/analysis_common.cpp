@@ -61,7 +61,11 @@ std::string json_path(const std::string& dotted) {
   return out;
 }
 
+// Where the Gram matrix from the layers' factors can answer on the first input, its work (where it
+// does not certify, the stacked rows' work is held to the bias's own budget at run time).
 double structural_flops(const Model& m, const ModelParam& p, int cut) {
+  if (cut < 0) cut = injective_cut(m, p.op);
+  if (const double f = structured_gram_flops(m, static_cast<int>(&p - m.params.data()), cut); f > 0) return f;
   return 3.0 * structural_flops_per_input(m, p, true, kRowSubsetMinFlops, cut);
 }
 

@@ -32,7 +32,7 @@ BIASLAB_COLD std::optional<Error> check_work(const Model& m, StructureSolver& so
   for (const ModelParam& p : m.params)
     if (is_bias_like(p.role)) {
       const double f = structural_flops(m, p, solver.injective_cut(p.op));
-      flops += f;
+      flops += std::min(f, StructureOptions{}.max_flops);
       *wants_rows = *wants_rows || f >= 3 * kRowSubsetMinFlops || p.value.size() >= 512;
     }
   // A module without token rows estimates every row; the one it hands such a config to checks
@@ -40,13 +40,17 @@ BIASLAB_COLD std::optional<Error> check_work(const Model& m, StructureSolver& so
   if (*wants_rows && !token_rows_linked()) return std::nullopt;
   for (const ModelParam& p : m.params) {
     if (!is_bias_like(p.role)) continue;
+    // (A bias whose Gram matrix comes from its layers' factors stops on this limit at run time if
+    // that matrix does not certify it and its rows would not fit.)
+    const int cut = solver.injective_cut(p.op);
+    if (structured_gram_flops(m, static_cast<int>(&p - m.params.data()), cut) > 0) continue;
     // The structure stacks the Jacobian at the output, or before trailing per-token linear maps
     // that are injective, whose input is then at most as wide as the output: wider layers on
     // the way (an MLP's hidden width) pass in chunks and are not stacked.
     const double width = m.out_features;
     // Token rows (plan_rows): only some tokens' rows are stacked, unless their check fails (then
     // the structure ranks every row only if that fits this limit).
-    const double rows = stacked_rows(m, static_cast<int>(&p - m.params.data()), solver.injective_cut(p.op));
+    const double rows = stacked_rows(m, static_cast<int>(&p - m.params.data()), cut);
     const double entries = double(p.value.size()) * rows * width;
     if (entries > kMaxJacobianEntries) {
       char buf[320];

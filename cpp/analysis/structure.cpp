@@ -327,17 +327,23 @@ constexpr Eigen::Index kCholeskyColumns = 512;
 // matrix G stands for is at least sqrt(mu - err), and full rank needs that to be 2 tau. Returns
 // that bound, or nothing. A first try at a larger mu (1e-4 of the mean sigma^2) makes the bound
 // informative when it holds.
-std::optional<double> cholesky_floor(const ColMat& G, double trace, double err, double tau) {
+// G is factorised in place (a copy of a wide G would be its size again): its strict upper
+// triangle keeps the lower one and its diagonal is saved, so a failed try leaves G's lower
+// triangle as it was; after a success it holds the factor.
+std::optional<double> cholesky_floor(ColMat& G, double trace, double err, double tau) {
   const Eigen::Index c = G.cols();
   const double lift = 2.0 * double(c + 1) * 0x1.0p-53 * trace;
   const double need = 4.0 * tau * tau + err;
   const double first = std::max(need, 1e-4 * trace / double(c));
+  const Vec diag = G.diagonal();
+  for (Eigen::Index j = 1; j < c; ++j) G.col(j).head(j) = G.row(j).head(j).transpose();
   for (const double mu : {first, need}) {
-    ColMat A = G;
-    A.diagonal().array() -= mu + lift;
-    if (Eigen::LLT<ColMat, Eigen::Lower>(A).info() == Eigen::Success) return std::sqrt(mu - err);
+    G.diagonal() = diag.array() - (mu + lift);
+    if (Eigen::LLT<Eigen::Ref<ColMat>, Eigen::Lower>(G).info() == Eigen::Success) return std::sqrt(mu - err);
+    for (Eigen::Index j = 0; j + 1 < c; ++j) G.col(j).tail(c - 1 - j) = G.row(j).tail(c - 1 - j).transpose();
     if (mu == need) break;
   }
+  G.diagonal() = diag;
   return std::nullopt;
 }
 #endif
@@ -505,7 +511,7 @@ std::optional<Split> gram_split(const ColMat& M, ColMat G, double tau, double* f
 // then only residual ends whose skip carries no tangent of the bias and at most one LayerNorm or
 // RMSNorm (gain Gamma) before the cut. Token t's Jacobian is then
 //   J_t = r_t Gamma (I - U_t U_t^T) W2 D_t,
-// with D_t the activation's derivatives, r_t the norm's 1 / std and U_t its removed directions
+// with D_t the activation's derivatives (a gated FFN's: below), r_t the norm's 1 / std and U_t its removed directions
 // (1 / sqrt(F) and the normalised token / sqrt(F) for a LayerNorm, the latter for RMSNorm; no
 // norm: r_t = 1, Gamma = I, no U). Its Gram matrix over every token is
 //   G = sum_t J_t^T J_t = A o S - (H + H^T),   A = W2^T Gamma^2 W2,   S = sum_t r_t^2 d_t d_t^T,
@@ -513,21 +519,28 @@ std::optional<Split> gram_split(const ColMat& M, ColMat G, double tau, double* f
 // K_t = U_t^T Gamma^2 U_t: one product of the width F for A, the tokens' few columns for the
 // rest, where the stacked Jacobian needs rows x c^2 (the Hadamard form, with the norm's
 // rank-2 terms). It stands for the Jacobian of the trace's values, as the tangents do.
+// A gated FFN's gate or up bias is the same form: D_t holds act'(g_t) u_t or act(g_t) (g_t, u_t
+// its token's gate and up projections), and W2 is its down_proj.
 struct MlpGramPlan {
-  int act = -1, lin = -1, norm = -1;  // ops
+  int act = -1, lin = -1, norm = -1;  // ops (act: the activation, or the glu)
   int removed = 0;                    // columns of U_t
+  bool gate = false;                  // a glu's gate bias (else its up bias, where act is a glu)
 };
 
 std::optional<MlpGramPlan> mlp_gram_plan(const Model& m, int param, int cut) {
   const ModelParam& p = m.params[static_cast<size_t>(param)];
   const int a = p.op;
-  if (p.role != ParamRole::bias || a + 2 >= cut) return std::nullopt;
+  if (p.role != ParamRole::bias || a + 1 >= cut) return std::nullopt;
   const Op& first = m.ops[static_cast<size_t>(a)];
-  if (first.kind != OpKind::linear || first.b != param) return std::nullopt;
-  if (m.ops[static_cast<size_t>(a + 1)].kind != OpKind::activation || m.ops[static_cast<size_t>(a + 2)].kind != OpKind::linear)
+  MlpGramPlan plan{a + 1, a + 2, -1, 0, false};
+  if (first.kind == OpKind::glu && (first.bg == param || first.bu == param)) {
+    plan = {a, a + 1, -1, 0, first.bg == param};
+  } else if (first.kind != OpKind::linear || first.b != param || a + 2 >= cut ||
+             m.ops[static_cast<size_t>(a + 1)].kind != OpKind::activation) {
     return std::nullopt;
-  MlpGramPlan plan{a + 1, a + 2, -1, 0};
-  for (int i = a + 3; i < cut; ++i) {
+  }
+  if (m.ops[static_cast<size_t>(plan.lin)].kind != OpKind::linear) return std::nullopt;
+  for (int i = plan.lin + 1; i < cut; ++i) {
     const Op& op = m.ops[static_cast<size_t>(i)];
     if (op.kind == OpKind::residual_end && !op.parallel && op.partner < a) continue;
     if (op.kind == OpKind::norm && plan.norm < 0 && (op.norm == NormKind::layer || op.norm == NormKind::rms)) {
@@ -543,7 +556,9 @@ std::optional<MlpGramPlan> mlp_gram_plan(const Model& m, int param, int cut) {
 // Its work, c columns over N tokens.
 double mlp_gram_flops(const Model& m, const MlpGramPlan& plan, int c, int N) {
   const double F = m.ops[static_cast<size_t>(plan.lin)].out, k = plan.removed, cc = double(c) * c;
-  return F * cc + double(N) * cc + 2.0 * k * N * cc + 8.0 * F * c * k * N;
+  const Op& ao = m.ops[static_cast<size_t>(plan.act)];
+  const double gates = ao.kind == OpKind::glu ? 4.0 * N * ao.in * c : 0;  // g_t and u_t
+  return F * cc + double(N) * cc + 2.0 * k * N * cc + 8.0 * F * c * k * N + gates;
 }
 
 struct StructuredGram {
@@ -561,9 +576,21 @@ StructuredGram mlp_gram(const Model& m, const Trace& tr, const MlpGramPlan& plan
   const Op& lin = m.ops[static_cast<size_t>(plan.lin)];
   const Mat& W2 = m.params[static_cast<size_t>(lin.w)].value;  // (F, c)
   const Eigen::Index F = W2.rows(), c = W2.cols();
+  const Op& ao = m.ops[static_cast<size_t>(plan.act)];
   const Mat& h = tr.inputs[static_cast<size_t>(plan.act)];
   const Eigen::Index N = h.rows();
-  const Mat D = m.ops[static_cast<size_t>(plan.act)].act->derivative(h);  // (N, c)
+  Mat D;  // (N, c)
+  if (ao.kind == OpKind::glu) {
+    auto project = [&](int w, int b) {
+      Mat z = h * m.params[static_cast<size_t>(w)].value.transpose();
+      if (b >= 0) z.rowwise() += m.params[static_cast<size_t>(b)].value.col(0).transpose();
+      return z;
+    };
+    const Mat g = project(ao.wg, ao.bg);
+    D = plan.gate ? Mat(ao.act->derivative(g).cwiseProduct(project(ao.wu, ao.bu))) : ao.act->f64(g);
+  } else {
+    D = ao.act->derivative(h);
+  }
   const int k = plan.removed;
   Vec r = Vec::Ones(N), gam = Vec::Ones(F);
   ColMat U(F, Eigen::Index(k) * N);
@@ -584,10 +611,16 @@ StructuredGram mlp_gram(const Model& m, const Trace& tr, const MlpGramPlan& plan
   out.G.selfadjointView<Eigen::Lower>().rankUpdate(V.transpose());  // A
   ColMat E(c, N);
   for (Eigen::Index t = 0; t < N; ++t) E.col(t) = r(t) * D.row(t).transpose();
-  ColMat S = ColMat::Zero(c, c);
-  S.selfadjointView<Eigen::Lower>().rankUpdate(E);
-  out.G.triangularView<Eigen::Lower>() = out.G.cwiseProduct(S);
-  double bound = S.diagonal().maxCoeff() * V.squaredNorm();
+  // S = sum_t E_t E_t^T in G's upper triangle (a second c x c matrix would double the memory
+  // where c is a gated FFN's 5632), the two diagonals apart.
+  const Vec a_diag = out.G.diagonal();
+  out.G.diagonal().setZero();
+  out.G.selfadjointView<Eigen::Upper>().rankUpdate(E);
+  const Vec s_diag = out.G.diagonal();
+  for (Eigen::Index j = 0; j + 1 < c; ++j)
+    out.G.col(j).tail(c - 1 - j).array() *= out.G.row(j).tail(c - 1 - j).transpose().array();
+  out.G.diagonal() = a_diag.cwiseProduct(s_diag);
+  double bound = s_diag.maxCoeff() * V.squaredNorm();
   if (k > 0) {
     const ColMat GU = g2.asDiagonal() * U;
     const ColMat B = W2.transpose() * U, C = W2.transpose() * GU;
@@ -615,9 +648,39 @@ StructuredGram mlp_gram(const Model& m, const Trace& tr, const MlpGramPlan& plan
   out.trace = out.G.diagonal().sum() + double(c) * out.err;
   return out;
 }
+
+// The plan where the structure takes this path: a bias of 512 directions or more, whose tokens'
+// rows at the cut outnumber them (else it cannot be of full rank), and whose Gram matrix from the
+// factors costs less than the stacked rows'.
+std::optional<MlpGramPlan> structured_plan(const Model& m, int param, int cut) {
+  const long n = static_cast<long>(m.params[static_cast<size_t>(param)].value.size());
+  if (!kTokenRows || n < kCholeskyColumns) return std::nullopt;
+  std::optional<MlpGramPlan> mlp = mlp_gram_plan(m, param, cut);
+  if (!mlp) return mlp;
+  const int N = m.batch * m.tokens;
+  const int F = m.ops[static_cast<size_t>(mlp->lin)].out;  // the width at the cut
+  if (double(N) * (F - mlp->removed) < n ||
+      mlp_gram_flops(m, *mlp, static_cast<int>(n), N) > 0.75 * stacked_rows(m, param, cut) * F * double(n) * n)
+    mlp.reset();
+  return mlp;
+}
+
+// Its work on one input: the Gram matrix and its Cholesky factorisation.
+double structured_work(const Model& m, const MlpGramPlan& plan, int n) {
+  return mlp_gram_flops(m, plan, n, m.batch * m.tokens) + 2.0 * std::pow(double(n), 3) / 3.0;
+}
 #endif
 
 }  // namespace
+
+BIASLAB_COLD double structured_gram_flops(const Model& m, int param, int cut) {
+#ifndef BIASLAB_LEAN_ENGINE
+  if (const std::optional<MlpGramPlan> plan = structured_plan(m, param, cut))
+    return structured_work(m, *plan, static_cast<int>(m.params[static_cast<size_t>(param)].value.size()));
+#endif
+  (void)m, (void)param, (void)cut;
+  return 0;
+}
 
 // Cold: once per bias; the factorisation's kernels are Eigen's own functions, not inlined here.
 BIASLAB_COLD int injective_cut(const Model& m, int start) {
@@ -1422,15 +1485,11 @@ Structure StructureSolver::solve(int param, const std::function<bool()>& cancell
   [[maybe_unused]] bool structured = false;
 #ifndef BIASLAB_LEAN_ENGINE
   std::optional<MlpGramPlan> mlp;
-  if (kTokenRows && opt_.structured_gram && n >= kCholeskyColumns) {
-    mlp = mlp_gram_plan(m_, param, cut);
-    const int N = m_.batch * m_.tokens;
-    const int F = mlp ? m_.ops[static_cast<size_t>(mlp->lin)].out : 0;  // the width at the cut
-    // (the stacked rows: tokens times the width at the cut)
-    if (mlp && (double(N) * (F - mlp->removed) < n ||
-                mlp_gram_flops(m_, *mlp, n, N) > 0.75 * stacked_rows(m_, param, cut) * F * double(n) * n))
-      mlp.reset();
-  }
+  if (opt_.structured_gram) mlp = structured_plan(m_, param, cut);
+  // Where the factors do not certify full rank, the stacked rows decide if they fit the limit
+  // (analyze() does not hold such a bias to it up front); else this many entries stop it.
+  double rows_over_limit = 0;
+  if (mlp) last_input_cost = structured_work(m_, *mlp, n);  // the first input's, where it certifies
 #endif
 
   for (;;) {
@@ -1468,10 +1527,10 @@ Structure StructureSolver::solve(int param, const std::function<bool()>& cancell
       }
 #ifndef BIASLAB_LEAN_ENGINE
       if (mlp && inputs == 1) {
-        const double work = mlp_gram_flops(m_, *mlp, n, N) + 2.0 * std::pow(double(n), 3) / 3.0;
+        const double work = structured_work(m_, *mlp, n);
         if (out.flops + work <= opt_.max_flops) {
           tau = threshold();
-          const StructuredGram sg = mlp_gram(m_, tr, *mlp);
+          StructuredGram sg = mlp_gram(m_, tr, *mlp);
           out.flops += work;
           if (const std::optional<double> floor = cholesky_floor(sg.G, sg.trace, sg.err, tau)) {
             Cluster cl;
@@ -1486,6 +1545,12 @@ Structure StructureSolver::solve(int param, const std::function<bool()>& cancell
             structured = true;
             break;
           }
+        }
+        const int w = cut < static_cast<int>(m_.ops.size()) ? m_.ops[static_cast<size_t>(cut)].in : m_.out_features;
+        const double entries = double(n) * stacked_rows(m_, param, cut) * w;
+        if (entries > opt_.max_jacobian_entries) {
+          rows_over_limit = entries;
+          break;
         }
       }
 #endif
@@ -1518,6 +1583,12 @@ Structure StructureSolver::solve(int param, const std::function<bool()>& cancell
       out.stop = StopRule::full_rank;
       break;
     }
+#ifndef BIASLAB_LEAN_ENGINE
+    if (rows_over_limit > 0) {
+      out.stop = StopRule::budget;
+      break;
+    }
+#endif
     if (done == 0) {
       out.stop = StopRule::budget;
       break;
@@ -1622,6 +1693,16 @@ Structure StructureSolver::solve(int param, const std::function<bool()>& cancell
       out.rows_check = "not reached";
     }
     out.stop_note = std::string(buf) + (kTokenRows && plan.at >= 0 ? " (from the last " + std::to_string(plan.per_sample) + " token(s) of each sample)" : "");
+#ifndef BIASLAB_LEAN_ENGINE
+    if (rows_over_limit > 0) {
+      std::snprintf(buf, sizeof buf,
+                    "its Gram matrix over every token, built from the layers' factors, did not certify full rank, and "
+                    "ranking its stacked rows would need a Jacobian of %.0f M entries (the limit is %.0f M): between 0 "
+                    "and %d of its %d directions are redundant",
+                    rows_over_limit / 1048576.0, opt_.max_jacobian_entries / 1048576.0, n, n);
+      out.stop_note = buf;
+    }
+#endif
     return out;
   }
 
@@ -1702,8 +1783,12 @@ Structure StructureSolver::solve(int param, const std::function<bool()>& cancell
     rows_note = buf;
 #ifndef BIASLAB_LEAN_ENGINE  // (the first-load engine has no structured Gram matrix: its bytes count)
   } else if (out.structured_gram) {
-    rows_note = "; certified on every token at once, from a Gram matrix built from the activation's derivatives and "
-                "the next layers' weights";
+    const Op& at = m_.ops[static_cast<size_t>(p.op)];
+    rows_note = std::string("; certified on every token at once, from a Gram matrix built from ") +
+                (at.kind != OpKind::glu ? "the activation's derivatives"
+                 : at.bg == param       ? "each token's gate slope times its up projection"
+                                        : "each token's activated gate") +
+                " and the next layers' weights";
     out.sigma_bounds = true;
 #endif
   } else if (kTokenRows && plan.at >= 0 && basis.empty()) {

@@ -85,6 +85,11 @@ Vec tail_bounds(const Model& m, const Trace& tr, int at, int cut);
 // after a Linear's bias (model/jvp.cpp); false: for any other directions.
 double structural_flops_per_input(const Model& m, const ModelParam& p, bool unit_directions = true,
                                   double row_min_flops = kRowSubsetMinFlops, int cut = -1);
+// The work of one input where the structure builds the bias's Gram matrix from its layers'
+// factors (an MLP's or a gated FFN's first bias, wide; StructureSolver), or 0 where it does not.
+// Where that Gram matrix does not certify full rank, the stacked rows decide instead, within
+// StructureOptions::max_jacobian_entries, or the bias stops on that limit.
+double structured_gram_flops(const Model& m, int param, int cut);
 // The op where the structure takes the bias's Jacobian (cut -1 above): before the trailing
 // per-token linear maps (jvp.hpp, trailing_cut) when they are injective, else the output.
 int injective_cut(const Model& m, int start);
