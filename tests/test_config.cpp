@@ -364,13 +364,13 @@ TEST_CASE("config: bad layers and options give one error with the exact path") {
       {R"({"layers": [{"type": "linear", "out_features": 0}]})", "layers[0].out_features",
        "at least 1"},
       {R"({"layers": [{"type": "linear", "out_features": 1e300}]})", "layers[0].out_features",
-       "4096"},
+       "8192"},
       {R"({"layers": [{"type": "linear", "out_features": -1e300}]})", "layers[0].out_features",
        "at least 1"},
       {R"({"layers": [{"type": "linear", "out_features": 18446744073709551615}]})",
-       "layers[0].out_features", "4096"},
+       "layers[0].out_features", "8192"},
       {R"({"layers": [{"type": "linear", "out_features": 123456789012345678901234567890}]})",
-       "layers[0].out_features", "4096"},
+       "layers[0].out_features", "8192"},
       {R"({"layers": [{"type": "groupnorm", "num_groups": -3}]})", "layers[0].num_groups",
        "at least 1"},
       {R"({"layers": [{"type": "layernorm", "eps": 0}]})", "layers[0].eps", "greater than 0"},
@@ -499,10 +499,10 @@ TEST_CASE("config: shape limits state the limit") {
   CHECK(r.error().what() == "shape.tokens: 5000 exceeds the limit of 1024 tokens");
   r = parse_config_text(R"({"shape": {"batch": 300}, "layers": [{"type": "relu"}]})");
   CHECK(r.error().what() == "shape.batch: 300 exceeds the limit of 256 sequences");
-  r = parse_config_text(R"({"shape": {"features": 5000}, "layers": [{"type": "relu"}]})");
-  CHECK(r.error().what() == "shape.features: 5000 exceeds the limit of 4096 features");
-  r = parse_config_text(R"({"layers": [{"type": "linear", "out_features": 4097}]})");
-  CHECK(r.error().what() == "layers[0].out_features: 4097 exceeds the limit of 4096 features");
+  r = parse_config_text(R"({"shape": {"features": 9000}, "layers": [{"type": "relu"}]})");
+  CHECK(r.error().what() == "shape.features: 9000 exceeds the limit of 8192 features");
+  r = parse_config_text(R"({"layers": [{"type": "linear", "out_features": 8193}]})");
+  CHECK(r.error().what() == "layers[0].out_features: 8193 exceeds the limit of 8192 features");
 
   r = parse_config_text(R"({"shape": {"batch": 8, "tokens": 1024}, "layers": [{"type": "relu"}]})");
   REQUIRE_FALSE(r.ok());
@@ -607,7 +607,7 @@ TEST_CASE("config: a deeply nested value followed by more keys is an error, neve
 }
 
 TEST_CASE("config: parameters are counted per layer type against the limit") {
-  // 8 linear 2048 -> 2048 without bias hold exactly 2^25 parameters, the limit.
+  // 16 linear 2048 -> 2048 without bias hold exactly 2^26 parameters, the limit.
   auto stack = [](const json& layer, int n, const json& extra = json()) {
     json layers = json::array();
     for (int i = 0; i < n; ++i) layers.push_back(layer);
@@ -615,21 +615,21 @@ TEST_CASE("config: parameters are counted per layer type against the limit") {
     return json{{"shape", {{"batch", 1}, {"tokens", 4}, {"features", 2048}}}, {"layers", layers}};
   };
   const json linear = {{"type", "linear"}, {"bias", false}};
-  CHECK(parse_config(stack(linear, 8)).ok());
-  auto r = parse_config(stack({{"type", "linear"}}, 8));  // + 8 * 2048 biases
+  CHECK(parse_config(stack(linear, 16)).ok());
+  auto r = parse_config(stack({{"type", "linear"}}, 16));  // + 16 * 2048 biases
   REQUIRE_FALSE(r.ok());
   INFO(r.error().what());
-  CHECK(r.error().path == "layers[7]");
-  CHECK(contains(r.error().message, "limit of 33554432 parameters"));
+  CHECK(r.error().path == "layers[15]");
+  CHECK(contains(r.error().message, "limit of 67108864 parameters"));
 
   // Norms without learned affine add nothing; with it they add parameters.
   CHECK(
-      parse_config(stack(linear, 8, {{"type", "layernorm"}, {"elementwise_affine", false}})).ok());
-  CHECK(parse_config(stack(linear, 8, {{"type", "groupnorm"}, {"affine", false}})).ok());
-  CHECK(parse_config(stack(linear, 8, {{"type", "instancenorm"}})).ok());
-  CHECK(parse_config(stack(linear, 8, {{"type", "relu"}})).ok());
-  CHECK(parse_config(stack(linear, 8, {{"type", "rmsnorm"}})).error().path == "layers[8]");
-  CHECK(parse_config(stack(linear, 8, {{"type", "batchnorm"}})).error().path == "layers[8]");
+      parse_config(stack(linear, 16, {{"type", "layernorm"}, {"elementwise_affine", false}})).ok());
+  CHECK(parse_config(stack(linear, 16, {{"type", "groupnorm"}, {"affine", false}})).ok());
+  CHECK(parse_config(stack(linear, 16, {{"type", "instancenorm"}})).ok());
+  CHECK(parse_config(stack(linear, 16, {{"type", "relu"}})).ok());
+  CHECK(parse_config(stack(linear, 16, {{"type", "rmsnorm"}})).error().path == "layers[16]");
+  CHECK(parse_config(stack(linear, 16, {{"type", "batchnorm"}})).error().path == "layers[16]");
 
   // Attention: 4 F^2 weights plus F per enabled bias.
   const json bare = {{"type", "attention"},
@@ -637,10 +637,10 @@ TEST_CASE("config: parameters are counted per layer type against the limit") {
                      {"k_bias", false},
                      {"v_bias", false},
                      {"o_bias", false}};
-  CHECK(parse_config(stack(bare, 2)).ok());
+  CHECK(parse_config(stack(bare, 4)).ok());
   json one_bias = bare;
   one_bias["v_bias"] = true;
-  CHECK(parse_config(stack(one_bias, 2)).error().path == "layers[1]");
+  CHECK(parse_config(stack(one_bias, 4)).error().path == "layers[3]");
 }
 
 TEST_CASE("config: the schema lists every layer type and option with make_layer's defaults") {

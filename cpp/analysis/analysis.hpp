@@ -149,10 +149,10 @@ Sweep analyse_sweep(Context& c);
 // at most (fewer when it is sparse). analyze() refuses up front what would not fit, naming the
 // layer.
 constexpr double kMaxJacobianEntries = StructureOptions{}.max_jacobian_entries;
-// Estimated floating-point work of the structural analysis, over a typical 3 inputs per bias
-// (refused up front above this); a bias whose rank needs more inputs has a budget of its own
-// at run time (StructureOptions::max_flops) and says so in its row when it runs out.
-constexpr double kMaxStructuralFlops = 4e11;  // about 40 s natively, 2 min in wasm
+// Estimated floating-point work of the structural analysis, over a typical 3 inputs per bias,
+// each bias counted at most at its own budget (StructureOptions::max_flops: it stops there and
+// says so in its row); refused up front above this.
+constexpr double kMaxStructuralFlops = 1e12;  // about 1 min natively on two threads, 3 in wasm
 // `cut`: where the structure takes the bias's Jacobian (StructureSolver::injective_cut; -1:
 // computed again).
 double structural_flops(const Model& m, const ModelParam& p, int cut = -1);

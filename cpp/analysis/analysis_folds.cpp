@@ -15,9 +15,10 @@ BIASLAB_COLD std::vector<FoldResult> analyse_folds(Context& c) {
     c.step("fold " + std::string(cands[i].rule->id), 0.65 + 0.1 * i / std::max<size_t>(1, cands.size()));
     FoldResult r{cands[i], {}, {}, 0};
     Network folded = apply_fold(c.net, cands[i], r.applied);
-    const Model fm = compile(folded);
-    r.delta = Evaluator::compare(c.ev->base(), Evaluator::run_model(fm, c.x));
     r.params_removed = before - count_parameters(folded);
+    const Model fm = compile(folded);
+    folded = Network();  // (fm holds its values: a block of 44 M parameters holds them once more, not twice)
+    r.delta = Evaluator::compare(c.ev->base(), Evaluator::run_model(fm, c.x));
     out.push_back(std::move(r));
   }
   return out;
@@ -42,11 +43,12 @@ BIASLAB_COLD MinimalModel minimal_model(Context& c) {
     }
     if (!changed) break;
   }
-  const Model fm = compile(net);
-  mm.delta = Evaluator::compare(c.ev->base(), Evaluator::run_model(fm, c.x));
   mm.params_before = count_parameters(c.net);
   mm.params_after = count_parameters(net);
   mm.config = net.config;
+  const Model fm = compile(net);
+  net = Network();  // (as in analyse_folds)
+  mm.delta = Evaluator::compare(c.ev->base(), Evaluator::run_model(fm, c.x));
   return mm;
 }
 

@@ -97,12 +97,12 @@ struct ExperimentConfig {
 struct Limits {
   static constexpr int max_batch = 256;
   static constexpr int max_tokens = 1024;
-  static constexpr int max_features = 4096;
+  static constexpr int max_features = 8192;
   static constexpr int max_tokens_total = 4096;        // batch * tokens
   static constexpr long max_activations = 1L << 21;    // batch * tokens * widest layer
   static constexpr int max_layers = 64;                // counted through residual bodies
   static constexpr int max_depth = 8;                  // residual nesting
-  static constexpr long max_parameters = 1L << 25;     // 33.5 M
+  static constexpr long max_parameters = 1L << 26;     // 67 M
   static constexpr int max_num_heads = 256;
 };
 

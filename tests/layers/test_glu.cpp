@@ -74,7 +74,7 @@ TEST_CASE("glu: hidden defaults to 4 x the input width, bias to false, and the n
   const auto wide = parse_config_text(R"({"shape": {"batch": 64, "tokens": 64, "features": 512}, "layers": [{"type": "glu"}]})");
   REQUIRE_FALSE(wide.ok());
   CHECK(wide.error().what() == "layers[0].hidden: batch * tokens * hidden = 64 * 64 * 2048 = 8388608 exceeds the limit of 2097152 activations");
-  const auto too_wide = parse_config_text(R"({"shape": {"batch": 1, "tokens": 1, "features": 2048}, "layers": [{"type": "glu"}]})");
+  const auto too_wide = parse_config_text(R"({"shape": {"batch": 1, "tokens": 1, "features": 4096}, "layers": [{"type": "glu"}]})");
   REQUIRE_FALSE(too_wide.ok());
   CHECK(too_wide.error().path == "layers[0].hidden");
 }
