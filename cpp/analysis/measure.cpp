@@ -44,11 +44,13 @@ Evaluator::Evaluator(const Model& m, const Mat& x) : m_(m), x_(x) {
   xf_ = x.cast<float>();
   if (m.dtype == DType::float32) {
     // The float64 reference runs on exactly the float32 model's values.
-    wd_.reserve(wf_.size());
-    for (const auto& w : wf_) wd_.push_back(w.cast<double>());
+    std::vector<Mat> wd;
+    wd.reserve(wf_.size());
+    for (size_t i = 0; i < wf_.size(); ++i) wd.push_back(wf_[i].cast<double>());
+    wd_ = Weights<double>(std::move(wd));
     xd_ = xf_.cast<double>();
   } else {
-    wd_ = cast_weights<double>(m);
+    wd_ = model_weights(m);
     xd_ = x;
   }
   ++runs_;

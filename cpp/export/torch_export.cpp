@@ -245,13 +245,10 @@ std::string export_torch_script(const ExperimentConfig& config, const TorchExpor
 
 Mat reference_output(const Network& net, const Mat& input) {
   const Model m = compile(net);
-  Weights<double> w = cast_weights<double>(m);
-  Mat x = input;
-  if (m.dtype == DType::float32) {
-    for (auto& p : w) p = p.cast<float>().cast<double>();
-    x = input.cast<float>().cast<double>();
-  }
-  return forward<double>(m, w, x);
+  if (m.dtype != DType::float32) return forward<double>(m, model_weights(m), input);
+  std::vector<Mat> w;
+  for (const ModelParam& p : m.params) w.push_back(p.value.cast<float>().cast<double>());
+  return forward<double>(m, Weights<double>(std::move(w)), Mat(input.cast<float>().cast<double>()));
 }
 
 namespace {

@@ -13,15 +13,44 @@
 
 namespace biaslab {
 
+// Model::params values in dtype S, same order: a cast of them (cast_weights), or for float64 the
+// model's own matrices (model_weights), not a copy (a block of 44 M parameters is 352 MB a copy).
 template <class S>
-using Weights = std::vector<MatT<S>>;  // Model::params values in dtype S, same order
+class Weights {
+ public:
+  Weights() = default;
+  explicit Weights(std::vector<MatT<S>> own) : own_(std::move(own)) {
+    for (const auto& v : own_) at_.push_back(&v);
+  }
+  explicit Weights(std::vector<const MatT<S>*> at) : at_(std::move(at)) {}
+  // (moving a vector keeps its elements where they are, so at_ stays valid; a copy would not)
+  Weights(Weights&&) noexcept = default;
+  Weights& operator=(Weights&&) noexcept = default;
+  Weights(const Weights&) = delete;
+  Weights& operator=(const Weights&) = delete;
+  const MatT<S>& operator[](size_t i) const { return *at_[i]; }
+  size_t size() const { return at_.size(); }
+  bool empty() const { return at_.empty(); }
+
+ private:
+  std::vector<MatT<S>> own_;
+  std::vector<const MatT<S>*> at_;
+};
 
 template <class S>
 Weights<S> cast_weights(const Model& m) {
-  Weights<S> w;
+  std::vector<MatT<S>> w;
   w.reserve(m.params.size());
   for (const auto& p : m.params) w.push_back(p.value.template cast<S>());
-  return w;
+  return Weights<S>(std::move(w));
+}
+
+// The model's float64 values themselves: valid while the model is, and it sees their changes.
+inline Weights<double> model_weights(const Model& m) {
+  std::vector<const Mat*> at;
+  at.reserve(m.params.size());
+  for (const auto& p : m.params) at.push_back(&p.value);
+  return Weights<double>(std::move(at));
 }
 
 // One parameter replaced (for perturbations) without copying the rest.
