@@ -501,6 +501,22 @@ TEST_CASE("structure: a gated FFN's bias the factors cannot certify stops on the
   CHECK(all.redundant_dim == 1);
 }
 
+// A gated FFN's gate and up biases share A = W2^T Gamma^2 W2: the up bias solved after the gate
+// bias (from the A the solver kept) answers exactly as the up bias solved alone.
+TEST_CASE("structure: a gated FFN's up bias after its gate bias answers as alone") {
+  auto b = build(stack(9, shape(2, 16, 64), R"({"type":"residual","body":[{"type":"rmsnorm"},{"type":"glu","hidden":512,"bias":true}]},{"type":"layernorm"})"));
+  const int gate = param_index(b.model, "layers.0.body.1.gate_proj.bias"), up = param_index(b.model, "layers.0.body.1.up_proj.bias");
+  TracePool pool(b.model, b.config), alone_pool(b.model, b.config);
+  StructureSolver both(b.model, pool, StructureOptions{});
+  const Structure g = both.solve(gate), u = both.solve(up);
+  const Structure a = StructureSolver(b.model, alone_pool, StructureOptions{}).solve(up);
+  REQUIRE(g.structured_gram);
+  REQUIRE(u.structured_gram);
+  REQUIRE(a.structured_gram);
+  CHECK(u.kept_min == a.kept_min);  // exactly: the same products in the same order
+  CHECK(u.redundant_dim == 0);
+}
+
 // A null space that the last tokens have and the first does not: a causal convolution of kernel
 // 2 whose two taps cancel (W_0 = -W_1) gives every token but the first the tangent
 // (W_0 + W_1) b = 0 of a bias b before it. The last tokens' rows say all of b is redundant; the

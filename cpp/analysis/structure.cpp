@@ -572,7 +572,9 @@ struct StructuredGram {
 // bounded without forming them: |W2|^T Gamma^2 |W2| o sum_t r_t^2 |d_t| |d_t|^T is a Hadamard
 // product of two positive semidefinite matrices, whose 2-norm is at most max_i S_ii times
 // |Gamma W2|_F^2 (Schur); the corrections' by |X~|_F |Z~|_F, the same factors in absolute values.
-StructuredGram mlp_gram(const Model& m, const Trace& tr, const MlpGramPlan& plan) {
+// `shared`: A (lower triangle, zero above) where the solver kept it from the same plan's other
+// bias; `keep`: where to keep this call's A (nullptr: nowhere).
+StructuredGram mlp_gram(const Model& m, const Trace& tr, const MlpGramPlan& plan, const ColMat* shared, ColMat* keep) {
   const Op& lin = m.ops[static_cast<size_t>(plan.lin)];
   const Mat& W2 = m.params[static_cast<size_t>(lin.w)].value;  // (F, c)
   const Eigen::Index F = W2.rows(), c = W2.cols();
@@ -605,10 +607,15 @@ StructuredGram mlp_gram(const Model& m, const Trace& tr, const MlpGramPlan& plan
     if (no.gain >= 0) gam = m.params[static_cast<size_t>(no.gain)].value.col(0);
   }
   const Vec g2 = gam.cwiseAbs2();
-  const ColMat V = gam.asDiagonal() * W2;  // Gamma W2
+  const double v2 = W2.rowwise().squaredNorm().dot(g2);  // |Gamma W2|_F^2
   StructuredGram out;
-  out.G = ColMat::Zero(c, c);
-  out.G.selfadjointView<Eigen::Lower>().rankUpdate(V.transpose());  // A
+  if (shared) {
+    out.G = *shared;
+  } else {
+    out.G = ColMat::Zero(c, c);
+    out.G.selfadjointView<Eigen::Lower>().rankUpdate(ColMat(gam.asDiagonal() * W2).transpose());  // A
+    if (keep) *keep = out.G;
+  }
   ColMat E(c, N);
   for (Eigen::Index t = 0; t < N; ++t) E.col(t) = r(t) * D.row(t).transpose();
   // S = sum_t E_t E_t^T in G's upper triangle (a second c x c matrix would double the memory
@@ -620,7 +627,7 @@ StructuredGram mlp_gram(const Model& m, const Trace& tr, const MlpGramPlan& plan
   for (Eigen::Index j = 0; j + 1 < c; ++j)
     out.G.col(j).tail(c - 1 - j).array() *= out.G.row(j).tail(c - 1 - j).transpose().array();
   out.G.diagonal() = a_diag.cwiseProduct(s_diag);
-  double bound = s_diag.maxCoeff() * V.squaredNorm();
+  double bound = s_diag.maxCoeff() * v2;
   if (k > 0) {
     const ColMat GU = g2.asDiagonal() * U;
     const ColMat B = W2.transpose() * U, C = W2.transpose() * GU;
@@ -1530,7 +1537,13 @@ Structure StructureSolver::solve(int param, const std::function<bool()>& cancell
         const double work = structured_work(m_, *mlp, n);
         if (out.flops + work <= opt_.max_flops) {
           tau = threshold();
-          StructuredGram sg = mlp_gram(m_, tr, *mlp);
+          const Op& ao = m_.ops[static_cast<size_t>(mlp->act)];
+          const std::array<int, 2> key{mlp->lin, mlp->norm};
+          const bool share = ao.kind == OpKind::glu && ao.bg >= 0 && ao.bu >= 0;
+          const bool have = share && gram_a_key_ == key && gram_a_.size() > 0;
+          StructuredGram sg = mlp_gram(m_, tr, *mlp, have ? &gram_a_ : nullptr, share && !have ? &gram_a_ : nullptr);
+          gram_a_key_ = share && !have ? key : std::array<int, 2>{-1, -1};
+          if (have) gram_a_ = ColMat();  // (its two biases have had it)
           out.flops += work;
           if (const std::optional<double> floor = cholesky_floor(sg.G, sg.trace, sg.err, tau)) {
             Cluster cl;

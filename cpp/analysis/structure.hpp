@@ -203,6 +203,7 @@ class StructureSolver {
   void release_tails() {
     tails_.clear();
     tail_bytes_ = 0;
+    gram_a_ = Eigen::MatrixXd();
   }
 
  private:
@@ -225,6 +226,11 @@ class StructureSolver {
   std::vector<std::pair<int, int>> cut_cache_;  // (start, usable cut)
   std::map<std::array<int, 3>, std::map<Eigen::Index, Mat>> tails_;  // (input, p, cut) -> row -> map
   [[maybe_unused]] double tail_bytes_ = 0;  // (unused where the module has no token rows)
+  // A gated FFN's gate and up biases have the same A = W2^T Gamma^2 W2 in their Gram matrices
+  // from the layers' factors (mlp_gram): the first keeps it for the second, keyed by (W2's op,
+  // the norm's op).
+  Eigen::MatrixXd gram_a_;
+  std::array<int, 2> gram_a_key_{-1, -1};
 };
 
 }  // namespace biaslab
