@@ -16,9 +16,9 @@ BIASLAB_COLD std::vector<FoldResult> analyse_folds(Context& c) {
     FoldResult r{cands[i], {}, {}, 0};
     Network folded = apply_fold(c.net, cands[i], r.applied);
     r.params_removed = before - count_parameters(folded);
-    const Model fm = compile(folded);
+    Model fm = compile(folded);
     folded = Network();  // (fm holds its values: a block of 44 M parameters holds them once more, not twice)
-    r.delta = Evaluator::compare(c.ev->base(), Evaluator::run_model(fm, c.x));
+    r.delta = Evaluator::compare(c.ev->base(), Evaluator::run_model(std::move(fm), c.x));
     out.push_back(std::move(r));
   }
   return out;
@@ -46,9 +46,9 @@ BIASLAB_COLD MinimalModel minimal_model(Context& c) {
   mm.params_before = count_parameters(c.net);
   mm.params_after = count_parameters(net);
   mm.config = net.config;
-  const Model fm = compile(net);
+  Model fm = compile(net);
   net = Network();  // (as in analyse_folds)
-  mm.delta = Evaluator::compare(c.ev->base(), Evaluator::run_model(fm, c.x));
+  mm.delta = Evaluator::compare(c.ev->base(), Evaluator::run_model(std::move(fm), c.x));
   return mm;
 }
 

@@ -43,11 +43,18 @@ Evaluator::Evaluator(const Model& m, const Mat& x) : m_(m), x_(x) {
   wf_ = cast_weights<float>(m);
   xf_ = x.cast<float>();
   if (m.dtype == DType::float32) {
-    // The float64 reference runs on exactly the float32 model's values.
-    std::vector<Mat> wd;
-    wd.reserve(wf_.size());
-    for (size_t i = 0; i < wf_.size(); ++i) wd.push_back(wf_[i].cast<double>());
-    wd_ = Weights<double>(std::move(wd));
+    // The float64 reference runs on exactly the float32 model's values: the model's own where
+    // they are float32 numbers (build_network, run_model), else a copy rounded to them.
+    bool exact = true;
+    for (size_t i = 0; i < wf_.size() && exact; ++i) exact = wf_[i].template cast<double>() == m.params[i].value;
+    if (exact) {
+      wd_ = model_weights(m);
+    } else {
+      std::vector<Mat> wd;
+      wd.reserve(wf_.size());
+      for (size_t i = 0; i < wf_.size(); ++i) wd.push_back(wf_[i].cast<double>());
+      wd_ = Weights<double>(std::move(wd));
+    }
     xd_ = xf_.cast<double>();
   } else {
     wd_ = model_weights(m);
@@ -99,7 +106,9 @@ std::optional<Eval> Evaluator::run_near(int param, const Mat* value, double far,
   return combine_eval(m_.dtype, y32, y64);
 }
 
-Eval Evaluator::run_model(const Model& other, const Mat& x) {
+Eval Evaluator::run_model(Model other, const Mat& x) {
+  if (other.dtype == DType::float32)  // (in place: a wide model's copy rounded would be its size again)
+    for (ModelParam& p : other.params) p.value = p.value.cast<float>().cast<double>();
   return Evaluator(other, x).base();
 }
 

@@ -613,7 +613,10 @@ StructuredGram mlp_gram(const Model& m, const Trace& tr, const MlpGramPlan& plan
     out.G = *shared;
   } else {
     out.G = ColMat::Zero(c, c);
-    out.G.selfadjointView<Eigen::Lower>().rankUpdate(ColMat(gam.asDiagonal() * W2).transpose());  // A
+    if (plan.norm >= 0 && m.ops[static_cast<size_t>(plan.norm)].gain >= 0)  // A
+      out.G.selfadjointView<Eigen::Lower>().rankUpdate(ColMat(gam.asDiagonal() * W2).transpose());
+    else
+      out.G.selfadjointView<Eigen::Lower>().rankUpdate(W2.transpose());  // (Gamma = I: no copy of W2)
     if (keep) *keep = out.G;
   }
   ColMat E(c, N);

@@ -129,6 +129,10 @@ BIASLAB_COLD Network build_network(const ExperimentConfig& config) {
   Network net;
   net.config = config;
   build_layers(config.layers, config.shape.features, config.shape, config.seed, kTopLayers, net.layers);
+  // A float32 model's parameters are float32 numbers: its float32 run, its float64 reference
+  // and the structure's Jacobians all see the same values (and the reference needs no copy).
+  if (config.dtype == DType::float32)
+    visit_params(net.layers, [](const std::string&, Param& p) { p.value = p.value.cast<float>().cast<double>(); });
   return net;
 }
 
