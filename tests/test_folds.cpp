@@ -65,7 +65,7 @@ Network check_fold(const std::string& text, const std::string& rule, const std::
   const Model m0 = compile(original), m1 = compile(folded);
   const Mat x = draw_input(config, 0);
   Evaluator ev(m0, x);
-  const Delta d = Evaluator::compare(ev.base(), Evaluator::run_model(m1, x));
+  const Delta d = Evaluator::compare(ev.base(), Evaluator::run_model(Model(m1), x));
   const double out_scale = ev.base().y.cwiseAbs().maxCoeff();
   INFO("max |output| " << out_scale);
   CHECK(d.finite);

@@ -14,10 +14,12 @@ BIASLAB_COLD std::vector<FoldResult> analyse_folds(Context& c) {
   for (size_t i = 0; i < cands.size(); ++i) {
     c.step("fold " + std::string(cands[i].rule->id), 0.65 + 0.1 * i / std::max<size_t>(1, cands.size()));
     FoldResult r{cands[i], {}, {}, 0};
-    Network folded = apply_fold(c.net, cands[i], r.applied);
-    r.params_removed = before - count_parameters(folded);
-    Model fm = compile(folded);
-    folded = Network();  // (fm holds its values: a block of 44 M parameters holds them once more, not twice)
+    // (the folded network goes once compiled: a block of 44 M parameters holds them once more, not twice)
+    Model fm = [&] {
+      const Network folded = apply_fold(c.net, cands[i], r.applied);
+      r.params_removed = before - count_parameters(folded);
+      return compile(folded);
+    }();
     r.delta = Evaluator::compare(c.ev->base(), Evaluator::run_model(std::move(fm), c.x));
     out.push_back(std::move(r));
   }
@@ -43,12 +45,11 @@ BIASLAB_COLD MinimalModel minimal_model(Context& c) {
     }
     if (!changed) break;
   }
+  Model fm = compile(net);
+  mm.delta = Evaluator::compare(c.ev->base(), Evaluator::run_model(std::move(fm), c.x));
   mm.params_before = count_parameters(c.net);
   mm.params_after = count_parameters(net);
   mm.config = net.config;
-  Model fm = compile(net);
-  net = Network();  // (as in analyse_folds)
-  mm.delta = Evaluator::compare(c.ev->base(), Evaluator::run_model(std::move(fm), c.x));
   return mm;
 }
 

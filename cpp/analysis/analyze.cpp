@@ -32,7 +32,7 @@ BIASLAB_COLD std::optional<Error> check_work(const Model& m, StructureSolver& so
   for (const ModelParam& p : m.params)
     if (is_bias_like(p.role)) {
       const double f = structural_flops(m, p, solver.injective_cut(p.op));
-      flops += std::min(f, StructureOptions{}.max_flops);
+      flops += std::min(f, kMaxBiasFlops);
       *wants_rows = *wants_rows || f >= 3 * kRowSubsetMinFlops || p.value.size() >= 512;
     }
   // A module without token rows estimates every row; the one it hands such a config to checks

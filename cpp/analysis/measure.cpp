@@ -1,4 +1,5 @@
 #include "analysis/measure.hpp"
+#include "core/cold.hpp"
 
 #include <algorithm>
 #include <cmath>
@@ -39,27 +40,24 @@ Eval combine_eval(DType dtype, const MatT<float>& y32, const Mat& y64) {
   return e;
 }
 
-Evaluator::Evaluator(const Model& m, const Mat& x) : m_(m), x_(x) {
-  wf_ = cast_weights<float>(m);
+namespace {
+// The float64 run's weights: the model's own, or for a float32 model exactly its float32 values:
+// the model's own where they are float32 numbers (build_network, run_model), else a copy rounded
+// to them. (Built once, in the member's initialiser: the first-load engine counts the bytes.)
+[[gnu::noinline]] BIASLAB_COLD Weights<double> reference_weights(const Model& m, const Weights<float>& wf) {
+  bool exact = true;
+  for (size_t i = 0; i < m.params.size() && exact && m.dtype == DType::float32; ++i) exact = holds_floats(m.params[i].value);
+  if (exact) return model_weights(m);
+  std::vector<Mat> wd(wf.size());
+  for (size_t i = 0; i < wd.size(); ++i) wd[i] = wf[i].cast<double>();
+  return Weights<double>(std::move(wd));
+}
+}  // namespace
+
+BIASLAB_COLD Evaluator::Evaluator(const Model& m, const Mat& x)
+    : m_(m), x_(x), wf_(cast_weights<float>(m)), wd_(reference_weights(m, wf_)) {
   xf_ = x.cast<float>();
-  if (m.dtype == DType::float32) {
-    // The float64 reference runs on exactly the float32 model's values: the model's own where
-    // they are float32 numbers (build_network, run_model), else a copy rounded to them.
-    bool exact = true;
-    for (size_t i = 0; i < wf_.size() && exact; ++i) exact = wf_[i].template cast<double>() == m.params[i].value;
-    if (exact) {
-      wd_ = model_weights(m);
-    } else {
-      std::vector<Mat> wd;
-      wd.reserve(wf_.size());
-      for (size_t i = 0; i < wf_.size(); ++i) wd.push_back(wf_[i].cast<double>());
-      wd_ = Weights<double>(std::move(wd));
-    }
-    xd_ = xf_.cast<double>();
-  } else {
-    wd_ = model_weights(m);
-    xd_ = x;
-  }
+  xd_ = m.dtype == DType::float32 ? Mat(xf_.cast<double>()) : x;
   ++runs_;
   const MatT<float> y32 = forward_recording<float>(m_, wf_, xf_, rec32_);
   const Mat y64 = forward_recording<double>(m_, wd_, xd_, rec64_);
@@ -106,9 +104,9 @@ std::optional<Eval> Evaluator::run_near(int param, const Mat* value, double far,
   return combine_eval(m_.dtype, y32, y64);
 }
 
-Eval Evaluator::run_model(Model other, const Mat& x) {
+BIASLAB_COLD Eval Evaluator::run_model(Model&& other, const Mat& x) {
   if (other.dtype == DType::float32)  // (in place: a wide model's copy rounded would be its size again)
-    for (ModelParam& p : other.params) p.value = p.value.cast<float>().cast<double>();
+    for (ModelParam& p : other.params) round_to_float(p.value);
   return Evaluator(other, x).base();
 }
 

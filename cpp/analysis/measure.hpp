@@ -48,7 +48,7 @@ class Evaluator {
   // is always returned whole (its Eval says finite = false; *moved is infinite).
   std::optional<Eval> run_near(int param, const Mat* value, double far, double* moved) const;
   // Forward of another model (a folded one) on the same input.
-  static Eval run_model(Model other, const Mat& x);
+  static Eval run_model(Model&& other, const Mat& x);  // (rounds a float32 model in place)
   static Delta compare(const Eval& a, const Eval& b);
   const Eval& base() const { return base_; }
   const Model& model() const { return m_; }

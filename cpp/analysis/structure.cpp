@@ -45,7 +45,6 @@ double trace_bytes(const Trace& t) {
 }  // namespace
 
 const Trace& TracePool::get(int k) {
-  if (w_.empty()) w_ = model_weights(m_);
   made_ = std::max(made_, k + 1);
   if (k < static_cast<int>(traces_.size())) return traces_[k];
   if (k == scratch_k_) return scratch_;

@@ -33,7 +33,7 @@ namespace biaslab {
 class TracePool {
  public:
   TracePool(const Model& m, const ExperimentConfig& cfg, double max_bytes = 256.0 * 1024 * 1024)
-      : m_(m), cfg_(cfg), max_bytes_(max_bytes) {}
+      : m_(m), cfg_(cfg), max_bytes_(max_bytes), w_(model_weights(m)) {}
   const Trace& get(int k);
   int made() const { return made_; }
 
@@ -99,6 +99,7 @@ int injective_cut(const Model& m, int start);
 // way (an MLP's hidden width, wider than the Jacobian it ends in), and at least one direction.
 int chunk_directions(const Model& m, int start, int stop, int n, int N, int count, long elements);
 
+constexpr double kMaxBiasFlops = 2e11;  // StructureOptions::max_flops
 struct StructureOptions {
   double tol_rel = 1e-8;  // a singular value below tol_rel * reference scale is null
   // Stopping rules. Without a kink on the path the Jacobian is analytic in the input, so a
@@ -114,7 +115,7 @@ struct StructureOptions {
   // the bounds established so far. The number of inputs of a step follows the rank gained per
   // input, so a rank that rises by one per input is stacked in one step, not one input a step.
   int max_samples = 4096;
-  double max_flops = 2e11;  // per bias: JVPs + factorisations, about 10-20 s natively
+  double max_flops = kMaxBiasFlops;  // per bias: JVPs + factorisations, about 10-20 s natively
   // A confirming input is stacked along the null space alone only while |J V_null| stays at the
   // level of rounding (this multiple of the input's reference scale); above it, the basis is not
   // as accurate as the data allows and the full stack is factored again.

@@ -19,10 +19,11 @@ template <class S>
 class Weights {
  public:
   Weights() = default;
-  explicit Weights(std::vector<MatT<S>> own) : own_(std::move(own)) {
-    for (const auto& v : own_) at_.push_back(&v);
+  // (not inlined: the page's first-load engine counts the bytes of every copy)
+  [[gnu::noinline]] explicit Weights(std::vector<MatT<S>> own) : own_(std::move(own)), at_(own_.size()) {
+    for (size_t i = 0; i < own_.size(); ++i) at_[i] = &own_[i];
   }
-  explicit Weights(std::vector<const MatT<S>*> at) : at_(std::move(at)) {}
+  [[gnu::noinline]] explicit Weights(std::vector<const MatT<S>*> at) : at_(std::move(at)) {}
   // (moving a vector keeps its elements where they are, so at_ stays valid; a copy would not)
   Weights(Weights&&) noexcept = default;
   Weights& operator=(Weights&&) noexcept = default;
@@ -38,7 +39,7 @@ class Weights {
 };
 
 template <class S>
-Weights<S> cast_weights(const Model& m) {
+[[gnu::noinline]] Weights<S> cast_weights(const Model& m) {
   std::vector<MatT<S>> w;
   w.reserve(m.params.size());
   for (const auto& p : m.params) w.push_back(p.value.template cast<S>());
@@ -46,10 +47,9 @@ Weights<S> cast_weights(const Model& m) {
 }
 
 // The model's float64 values themselves: valid while the model is, and it sees their changes.
-inline Weights<double> model_weights(const Model& m) {
-  std::vector<const Mat*> at;
-  at.reserve(m.params.size());
-  for (const auto& p : m.params) at.push_back(&p.value);
+[[gnu::noinline]] inline Weights<double> model_weights(const Model& m) {
+  std::vector<const Mat*> at(m.params.size());
+  for (size_t i = 0; i < at.size(); ++i) at[i] = &m.params[i].value;
   return Weights<double>(std::move(at));
 }
 

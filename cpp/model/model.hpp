@@ -103,8 +103,12 @@ void visit_params(Nodes& nodes, F&& f, const std::string& seq_prefix = kTopLayer
   }
 }
 
-// Draws every parameter from the seed (one stream per dotted name).
+// Draws every parameter from the seed (one stream per dotted name); a float32 config's are
+// rounded to float32 numbers.
 Network build_network(const ExperimentConfig& config);
+// Rounds every entry to the nearest float32 number; whether every entry is one.
+void round_to_float(Mat& v);
+bool holds_floats(const Mat& v);
 // Rebuilds config.layers from the tree (after a fold changed it) and recomputes widths.
 void sync_network(Network& net);
 long count_parameters(const Network& net);  // trainable ones: buffers excluded

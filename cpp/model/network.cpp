@@ -125,15 +125,38 @@ BIASLAB_COLD std::vector<Param> declare_params(const LayerConfig& c, int in, int
   return ps;
 }
 
+namespace {
+BIASLAB_COLD void round_params(std::vector<LayerNode>& nodes) {
+  for (LayerNode& node : nodes) {
+    for (Param& p : node.params) round_to_float(p.value);
+    round_params(node.body);
+    for (auto& branch : node.branches) round_params(branch);
+  }
+}
+}  // namespace
+
 BIASLAB_COLD Network build_network(const ExperimentConfig& config) {
   Network net;
   net.config = config;
   build_layers(config.layers, config.shape.features, config.shape, config.seed, kTopLayers, net.layers);
   // A float32 model's parameters are float32 numbers: its float32 run, its float64 reference
   // and the structure's Jacobians all see the same values (and the reference needs no copy).
-  if (config.dtype == DType::float32)
-    visit_params(net.layers, [](const std::string&, Param& p) { p.value = p.value.cast<float>().cast<double>(); });
+  if (config.dtype == DType::float32) round_params(net.layers);
   return net;
+}
+
+// Plain loops, compiled for size and called, not inlined: the page's first-load engine counts its
+// bytes, and a model's parameters are rounded once.
+[[gnu::noinline]] BIASLAB_COLD void round_to_float(Mat& v) {
+  double* d = v.data();
+  for (Eigen::Index i = 0; i < v.size(); ++i) d[i] = double(float(d[i]));
+}
+
+[[gnu::noinline]] BIASLAB_COLD bool holds_floats(const Mat& v) {
+  const double* d = v.data();
+  for (Eigen::Index i = 0; i < v.size(); ++i)
+    if (double(float(d[i])) != d[i]) return false;
+  return true;
 }
 
 void sync_network(Network& net) { sync_layers(net.layers, net.config.shape.features, net.config.layers); }
