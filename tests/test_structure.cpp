@@ -477,23 +477,36 @@ TEST_CASE("structure: an MLP's first bias certified from its layers' factors ans
 // Where the Gram matrix from the factors does not certify full rank (a column of W2 the
 // LayerNorm centres away) and the stacked rows would exceed the Jacobian limit, the bias stops
 // on that limit with its bounds (analyze() does not refuse such a bias up front).
-TEST_CASE("structure: a gated FFN's bias the factors cannot certify stops on the Jacobian limit, with its bounds") {
+TEST_CASE("structure: a gated FFN's bias the factors cannot certify stops on the Jacobian limit or its budget, with its bounds") {
   auto b = build(stack(5, shape(2, 16, 64), R"({"type":"glu","hidden":512,"bias":true},{"type":"layernorm"})"));
   const int p = param_index(b.model, "layers.0.up_proj.bias");
   const Op& op = b.model.ops[static_cast<size_t>(b.model.params[static_cast<size_t>(p)].op)];
   b.model.params[static_cast<size_t>(b.model.ops[static_cast<size_t>(b.model.params[static_cast<size_t>(p)].op + 1)].w)].value.col(3).setConstant(-0.2);
   CHECK(structured_gram_flops(b.model, p, static_cast<int>(b.model.ops.size())) > 0);
   CHECK(op.kind == OpKind::glu);
+  auto stopped = [&](const StructureOptions& o) {
+    TracePool pool(b.model, b.config);
+    const Structure st = StructureSolver(b.model, pool, o).solve(p);
+    CAPTURE(st.stop_note);
+    CHECK_FALSE(st.determined);
+    CHECK(st.stop == StopRule::budget);
+    CHECK(st.redundant_dim_min == 0);
+    CHECK(st.redundant_dim_max == 512);
+    CHECK(st.stop_note.find("did not certify full rank") != std::string::npos);
+    return st;
+  };
   StructureOptions small;
   small.max_jacobian_entries = 1e5;  // below 512 directions x the rows x 64
-  TracePool pool(b.model, b.config);
-  const Structure st = StructureSolver(b.model, pool, small).solve(p);
-  CAPTURE(st.stop_note);
-  CHECK_FALSE(st.determined);
-  CHECK(st.stop == StopRule::budget);
-  CHECK(st.redundant_dim_min == 0);
-  CHECK(st.redundant_dim_max == 512);
-  CHECK(st.stop_note.find("did not certify full rank") != std::string::npos);
+  (void)stopped(small);
+  // Within the limit but not the budget: the stacked rows' JVPs, which the Gram matrix's try let
+  // in, are held to the budget as before it.
+  const double gram = structured_gram_flops(b.model, p, static_cast<int>(b.model.ops.size()));
+  const double rows = structural_flops_per_input(b.model, b.model.params[static_cast<size_t>(p)]);
+  INFO("Gram matrix " << gram << " flops, one input's rows " << rows);
+  REQUIRE(rows > gram);
+  StructureOptions tight;
+  tight.max_flops = 1.5 * gram;  // the Gram matrix fits, the rows after it do not
+  CHECK(stopped(tight).flops <= tight.max_flops);
   // Within the limit, the rows find the one null direction.
   TracePool pool2(b.model, b.config);
   const Structure all = StructureSolver(b.model, pool2, StructureOptions{}).solve(p);

@@ -43,7 +43,8 @@ BIASLAB_COLD std::optional<Error> check_work(const Model& m, StructureSolver& so
     // (A bias whose Gram matrix comes from its layers' factors stops on this limit at run time if
     // that matrix does not certify it and its rows would not fit.)
     const int cut = solver.injective_cut(p.op);
-    if (structured_gram_flops(m, static_cast<int>(&p - m.params.data()), cut) > 0) continue;
+    if (solver.options().structured_gram && structured_gram_flops(m, static_cast<int>(&p - m.params.data()), cut) > 0)
+      continue;
     // The structure stacks the Jacobian at the output, or before trailing per-token linear maps
     // that are injective, whose input is then at most as wide as the output: wider layers on
     // the way (an MLP's hidden width) pass in chunks and are not stacked.

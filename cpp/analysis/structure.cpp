@@ -334,11 +334,14 @@ std::optional<double> cholesky_floor(ColMat& G, double trace, double err, double
   const double lift = 2.0 * double(c + 1) * 0x1.0p-53 * trace;
   const double need = 4.0 * tau * tau + err;
   const double first = std::max(need, 1e-4 * trace / double(c));
+  if (!std::isfinite(trace) || !std::isfinite(err)) return std::nullopt;
   const Vec diag = G.diagonal();
   for (Eigen::Index j = 1; j < c; ++j) G.col(j).head(j) = G.row(j).head(j).transpose();
   for (const double mu : {first, need}) {
     G.diagonal() = diag.array() - (mu + lift);
-    if (Eigen::LLT<Eigen::Ref<ColMat>, Eigen::Lower>(G).info() == Eigen::Success) return std::sqrt(mu - err);
+    // (a NaN pivot passes LLT's test: the factor must be finite too)
+    if (Eigen::LLT<Eigen::Ref<ColMat>, Eigen::Lower>(G).info() == Eigen::Success && G.diagonal().allFinite())
+      return std::sqrt(mu - err);
     for (Eigen::Index j = 0; j + 1 < c; ++j) G.col(j).tail(c - 1 - j) = G.row(j).tail(c - 1 - j).transpose();
     if (mu == need) break;
   }
@@ -572,8 +575,8 @@ struct StructuredGram {
 // product of two positive semidefinite matrices, whose 2-norm is at most max_i S_ii times
 // |Gamma W2|_F^2 (Schur); the corrections' by |X~|_F |Z~|_F, the same factors in absolute values.
 // `shared`: A (lower triangle, zero above) where the solver kept it from the same plan's other
-// bias; `keep`: where to keep this call's A (nullptr: nowhere).
-StructuredGram mlp_gram(const Model& m, const Trace& tr, const MlpGramPlan& plan, const ColMat* shared, ColMat* keep) {
+// bias, taken; `keep`: where to keep this call's A (nullptr: nowhere).
+StructuredGram mlp_gram(const Model& m, const Trace& tr, const MlpGramPlan& plan, ColMat* shared, ColMat* keep) {
   const Op& lin = m.ops[static_cast<size_t>(plan.lin)];
   const Mat& W2 = m.params[static_cast<size_t>(lin.w)].value;  // (F, c)
   const Eigen::Index F = W2.rows(), c = W2.cols();
@@ -609,7 +612,7 @@ StructuredGram mlp_gram(const Model& m, const Trace& tr, const MlpGramPlan& plan
   const double v2 = W2.rowwise().squaredNorm().dot(g2);  // |Gamma W2|_F^2
   StructuredGram out;
   if (shared) {
-    out.G = *shared;
+    out.G = std::move(*shared);  // (taken, not copied: the second of its two biases)
   } else {
     out.G = ColMat::Zero(c, c);
     if (plan.norm >= 0 && m.ops[static_cast<size_t>(plan.norm)].gain >= 0)  // A
@@ -1494,10 +1497,11 @@ Structure StructureSolver::solve(int param, const std::function<bool()>& cancell
   [[maybe_unused]] bool structured = false;
 #ifndef BIASLAB_LEAN_ENGINE
   std::optional<MlpGramPlan> mlp;
-  if (opt_.structured_gram) mlp = structured_plan(m_, param, cut);
+  if (opt_.structured_gram && token_rows) mlp = structured_plan(m_, param, cut);  // (not again where every row is ranked)
   // Where the factors do not certify full rank, the stacked rows decide if they fit the limit
   // (analyze() does not hold such a bias to it up front); else this many entries stop it.
   double rows_over_limit = 0;
+  bool rows_over_budget = false, gram_tried = false;
   if (mlp) last_input_cost = structured_work(m_, *mlp, n);  // the first input's, where it certifies
 #endif
 
@@ -1543,10 +1547,11 @@ Structure StructureSolver::solve(int param, const std::function<bool()>& cancell
           const std::array<int, 2> key{mlp->lin, mlp->norm};
           const bool share = ao.kind == OpKind::glu && ao.bg >= 0 && ao.bu >= 0;
           const bool have = share && gram_a_key_ == key && gram_a_.size() > 0;
+          if (!have) gram_a_ = ColMat();  // (a kept A no other bias will take)
           StructuredGram sg = mlp_gram(m_, tr, *mlp, have ? &gram_a_ : nullptr, share && !have ? &gram_a_ : nullptr);
           gram_a_key_ = share && !have ? key : std::array<int, 2>{-1, -1};
-          if (have) gram_a_ = ColMat();  // (its two biases have had it)
           out.flops += work;
+          gram_tried = true;
           if (const std::optional<double> floor = cholesky_floor(sg.G, sg.trace, sg.err, tau)) {
             Cluster cl;
             cl.cols.resize(static_cast<size_t>(n));
@@ -1565,6 +1570,12 @@ Structure StructureSolver::solve(int param, const std::function<bool()>& cancell
         const double entries = double(n) * stacked_rows(m_, param, cut) * w;
         if (entries > opt_.max_jacobian_entries) {
           rows_over_limit = entries;
+          break;
+        }
+        // The stacked rows' JVPs are held to the budget as they would have been without this try.
+        last_input_cost = jvp_cost;
+        if (out.flops + jvp_cost > opt_.max_flops) {
+          rows_over_budget = true;
           break;
         }
       }
@@ -1599,7 +1610,7 @@ Structure StructureSolver::solve(int param, const std::function<bool()>& cancell
       break;
     }
 #ifndef BIASLAB_LEAN_ENGINE
-    if (rows_over_limit > 0) {
+    if (rows_over_limit > 0 || rows_over_budget) {
       out.stop = StopRule::budget;
       break;
     }
@@ -1709,12 +1720,19 @@ Structure StructureSolver::solve(int param, const std::function<bool()>& cancell
     }
     out.stop_note = std::string(buf) + (kTokenRows && plan.at >= 0 ? " (from the last " + std::to_string(plan.per_sample) + " token(s) of each sample)" : "");
 #ifndef BIASLAB_LEAN_ENGINE
-    if (rows_over_limit > 0) {
-      std::snprintf(buf, sizeof buf,
-                    "its Gram matrix over every token, built from the layers' factors, did not certify full rank, and "
-                    "ranking its stacked rows would need a Jacobian of %.0f M entries (the limit is %.0f M): between 0 "
-                    "and %d of its %d directions are redundant",
-                    rows_over_limit / 1048576.0, opt_.max_jacobian_entries / 1048576.0, n, n);
+    if (rows_over_limit > 0 || rows_over_budget) {
+      const std::string gram = gram_tried ? "its Gram matrix over every token, built from the layers' factors, did not certify full rank"
+                                          : "its Gram matrix over every token, built from the layers' factors, would pass its budget";
+      if (rows_over_limit > 0)
+        std::snprintf(buf, sizeof buf,
+                      "%s, and ranking its stacked rows would need a Jacobian of %.0f M entries (the limit is %.0f M): "
+                      "between 0 and %d of its %d directions are redundant",
+                      gram.c_str(), rows_over_limit / 1048576.0, opt_.max_jacobian_entries / 1048576.0, n, n);
+      else
+        std::snprintf(buf, sizeof buf,
+                      "%s, and ranking its stacked rows would take about %.3g GFLOP more (%.3g spent), over the budget "
+                      "of %.3g GFLOP a bias: between 0 and %d of its %d directions are redundant",
+                      gram.c_str(), jvp_cost / 1e9, out.flops / 1e9, opt_.max_flops / 1e9, n, n);
       out.stop_note = buf;
     }
 #endif
