@@ -16,6 +16,7 @@
 #include "analysis/analyze.hpp"
 #include "folds/folds.hpp"
 #include "analysis/measure.hpp"
+#include "analysis/memory.hpp"
 #include "model/model.hpp"
 #include "analysis/structure.hpp"
 
@@ -64,6 +65,9 @@ struct Context {
   std::unique_ptr<Evaluator> ev;
   std::unique_ptr<TracePool> pool;
   std::unique_ptr<StructureSolver> solver;
+  MemoryNeed memory;  // the bound on what the analysis holds at once (memory.hpp)
+  // The report's work figures, taken before the folds (release_for_folds frees the model's values).
+  double structural_estimate = 0, forward_work = 0;
   std::vector<int> bias_params;
   std::vector<Structure> structures;
   std::vector<Vec> directions;  // per bias: the random perturbation direction (unit RMS)

@@ -12,7 +12,7 @@ BIASLAB_COLD std::vector<FoldResult> analyse_folds(Context& c) {
   const long before = count_parameters(c.net);
   const auto cands = find_folds(c.net);
   for (size_t i = 0; i < cands.size(); ++i) {
-    c.step("fold " + std::string(cands[i].rule->id), 0.65 + 0.1 * i / std::max<size_t>(1, cands.size()));
+    c.step("fold " + std::string(cands[i].rule->id), 0.88 + 0.08 * i / std::max<size_t>(1, cands.size()));
     FoldResult r{cands[i], {}, {}, 0};
     // (the folded network goes once compiled: a block of 44 M parameters holds them once more, not twice)
     Model fm = [&] {
@@ -27,7 +27,7 @@ BIASLAB_COLD std::vector<FoldResult> analyse_folds(Context& c) {
 }
 
 BIASLAB_COLD MinimalModel minimal_model(Context& c) {
-  c.step("minimal model", 0.77);
+  c.step("minimal model", 0.97);
   Network net = c.net;
   MinimalModel mm;
   for (int iter = 0; iter < 256; ++iter) {

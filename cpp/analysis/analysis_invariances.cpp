@@ -37,7 +37,7 @@ std::vector<int> draw_permutation(std::uint64_t seed, const char* stream, int T)
 }  // namespace
 
 BIASLAB_COLD std::vector<Probe> analyse_invariances(Context& c) {
-  c.step("invariances", 0.8);
+  c.step("invariances", 0.65);
   const Model& m = c.model;
   const int B = m.batch, T = m.tokens;
   std::vector<Probe> probes;

@@ -22,7 +22,7 @@ BIASLAB_COLD Sweep analyse_sweep(Context& c) {
   for (size_t bi = 0; bi < c.bias_params.size(); ++bi) {
     const int pi = c.bias_params[bi];
     const ModelParam& p = c.model.params[pi];
-    c.step("sweep " + p.name, 0.85 + 0.15 * bi / c.bias_params.size());
+    c.step("sweep " + p.name, 0.67 + 0.2 * bi / c.bias_params.size());
     const Structure& st = c.structures[bi];
 #ifdef _OPENMP
     // Natively a bias's points run side by side first, each on one thread (Eigen does not split

@@ -11,6 +11,7 @@
 #include <optional>
 
 #include "analysis/analysis.hpp"
+#include "analysis/memory.hpp"
 #include "core/cold.hpp"
 #include "folds/folds.hpp"
 
@@ -110,7 +111,12 @@ BIASLAB_COLD json analyze(const ExperimentConfig& cfg, const AnalyzeOptions& opt
       if (const auto e = check_work(c.model, *c.solver, &wants_rows)) return error_json(*e);
       // Nor token rows and the Cholesky certificate (structure.hpp): a config that could use them
       // goes to the engine that has them too.
-      if (wants_rows && !token_rows_linked()) hand_on = "this config needs the engine with token rows";
+      // Nor the memory bound: a config of many parameters goes there too.
+      if (!token_rows_linked() && (wants_rows || count_parameters(c.net) > kLeanParameters))
+        hand_on = "this config needs the full engine";
+      c.memory = memory_need(c.net, c.model, *c.solver, opt.folds);
+      if (opt.memory_budget > 0 && c.memory.bytes > opt.memory_budget)
+        return error_json({c.memory.path, memory_refusal(c.memory, opt.memory_budget)});
     }
     if (hand_on) {
       json e = error_json({"", hand_on});
@@ -134,15 +140,21 @@ BIASLAB_COLD json analyze(const ExperimentConfig& cfg, const AnalyzeOptions& opt
     r.biases = analyse_biases(c);
     c.solver->release_tails();
     lap("biases");
+    if (opt.invariances) r.invariances = analyse_invariances(c);
+    lap("invariances");
+    if (opt.sweep) r.sweep = analyse_sweep(c);
+    lap("sweep");
+    // The folds come last: they need none of the model's values, the traces or the float32
+    // copy, which the full engine frees first (memory.hpp), after the report's work figures.
+    for (const ModelParam& p : c.model.params)
+      if (is_bias_like(p.role)) c.structural_estimate += structural_flops(c.model, p, c.solver->injective_cut(p.op));
+    c.forward_work = forward_flops(c.model);
+    release_for_folds(c);
     if (opt.folds) {
       r.folds = analyse_folds(c);
       r.minimal = minimal_model(c);
     }
     lap("folds");
-    if (opt.invariances) r.invariances = analyse_invariances(c);
-    lap("invariances");
-    if (opt.sweep) r.sweep = analyse_sweep(c);
-    lap("sweep");
     json per_bias = json::object();
     for (const BiasResult& b : r.biases) per_bias[b.param] = b.solve_ms;
     timing["structure_per_bias"] = per_bias;
@@ -153,7 +165,7 @@ BIASLAB_COLD json analyze(const ExperimentConfig& cfg, const AnalyzeOptions& opt
   } catch (const Cancelled&) {
     return error_json({"", "cancelled"});
   } catch (const std::bad_alloc&) {
-    return error_json({"", "out of memory: the config is too large for this machine"});
+    return error_json({"", "out of memory: the analysis needs more than this engine has"});
   } catch (const std::exception& e) {
     return error_json({"", std::string("internal error: ") + e.what()});
   }

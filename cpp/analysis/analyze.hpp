@@ -22,6 +22,10 @@ struct AnalyzeOptions {
   // Stopping rules and budgets of the structural dimension (the defaults are the documented ones;
   // the fuzz target lowers the budget so that every input stays fast under the sanitizers).
   StructureOptions structure;
+  // Bytes the analysis may hold at once (0: no budget): a config whose certain allocations
+  // (analysis/memory.hpp) pass it is refused before any work. The page's engine sets its
+  // WebAssembly memory's maximum, the CLI the machine's memory (or --memory-budget).
+  double memory_budget = 0;
 };
 
 // The report for a validated config: {"ok": true, "format": 1, "biases": [...], "folds": [...],

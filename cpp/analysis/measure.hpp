@@ -57,6 +57,12 @@ class Evaluator {
   const Weights<double>& weights64() const { return wd_; }
   // Forward passes made so far (each run is one float32 and one float64 pass).
   long runs() const { return runs_; }
+  // Frees the float32 copy of the parameters (and the view of the model's): base() and runs()
+  // stay, run() may not be called again.
+  void release_weights() {
+    wf_ = Weights<float>();
+    wd_ = Weights<double>();
+  }
 
  private:
   const Model& m_;

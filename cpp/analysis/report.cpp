@@ -248,13 +248,11 @@ BIASLAB_COLD json report_json(const Context& c, const Results& r, json timing_ms
                        {"folds", r.folds.size()},
                        {"exact_folds", exact}};
   report["timing_ms"] = std::move(timing_ms);
-  double est = 0;
-  for (const ModelParam& p : c.model.params)
-    if (is_bias_like(p.role)) est += structural_flops(c.model, p, c.solver->injective_cut(p.op));
   report["work"] = {{"forward_passes", 2 * c.ev->runs() + c.pool->made()},
-                    {"forward_flops", forward_flops(c.model)},
-                    {"structural_flops_estimate", est},
+                    {"forward_flops", c.forward_work},
+                    {"structural_flops_estimate", c.structural_estimate},
                     {"limits", {{"structural_flops", kMaxStructuralFlops}, {"jacobian_entries", kMaxJacobianEntries}}}};
+  memory_json(c.memory, c.opt.memory_budget, report["work"]);
   return report;
 }
 

@@ -36,6 +36,13 @@ class TracePool {
       : m_(m), cfg_(cfg), max_bytes_(max_bytes), w_(model_weights(m)) {}
   const Trace& get(int k);
   int made() const { return made_; }
+  // Frees the traces (made() stays): once every bias is solved.
+  void release() {
+    traces_ = {};
+    scratch_ = Trace();
+    scratch_k_ = -1;
+    bytes_ = 0;
+  }
 
  private:
   const Model& m_;

@@ -8,6 +8,7 @@
 #include <unistd.h>
 
 #include <chrono>
+#include <cstdlib>
 #include <cstdio>
 #include <fstream>
 #include <iostream>
@@ -16,6 +17,7 @@
 #include <vector>
 
 #include "analysis/analyze.hpp"
+#include "analysis/memory.hpp"
 #include "model/config.hpp"
 #include "analysis/format.hpp"
 #include "model/presets.hpp"
@@ -29,6 +31,7 @@ const char* kUsage = R"(biaslab: which biases and affine parameters does a layer
 
 usage:
   biaslab analyze FILE|- [--format table|json|markdown] [--no-sweep] [--no-invariances] [--no-folds]
+                 [--memory-budget GB]   (refuse what needs more; default: this machine's memory)
   biaslab analyze --preset NAME [options as above]
   biaslab export-torch FILE|-|--preset NAME -o SCRIPT.py [--weights FILE.safetensors] [--load FILE]
   biaslab presets              list the presets (the articles' checks)
@@ -89,6 +92,13 @@ int cmd_analyze(const std::vector<std::string>& args) {
       opt.invariances = false;
     } else if (a == "--no-folds") {
       opt.folds = false;
+    } else if (a == "--memory-budget") {
+      if (i + 1 >= args.size()) return usage_error("--memory-budget needs a size in GB, e.g. 2.147 (the page's)");
+      char* end = nullptr;
+      const double gb = std::strtod(args[++i].c_str(), &end);
+      if (end == args[i].c_str() || *end != '\0' || !(gb > 0) || gb > 1e6)
+        return usage_error("--memory-budget takes a size in GB above 0, e.g. 2.147 (the page's), not '" + args[i] + "'");
+      opt.memory_budget = gb * 1e9;
     } else if (a.size() > 1 && a[0] == '-' && a != "-") {
       return usage_error("unknown option " + a);
     } else if (file.empty()) {
@@ -99,6 +109,7 @@ int cmd_analyze(const std::vector<std::string>& args) {
   }
   if (format != "table" && format != "json" && format != "markdown")
     return usage_error("unknown format '" + format + "': use table, json or markdown");
+  if (opt.memory_budget == 0) opt.memory_budget = biaslab::physical_memory();
   std::string text;
   if (!preset.empty()) {
     if (!file.empty()) return usage_error("give a config file or --preset, not both");

@@ -20,6 +20,7 @@
 // presets and foldRules, which the page's build turns into page modules). The linker drops what
 // a module does not bind.
 #include <emscripten/bind.h>
+#include <emscripten/heap.h>
 #include <emscripten/val.h>
 
 #include <string>
@@ -47,8 +48,15 @@ val callback(const val& callbacks, const char* name) {
 // progress lets a worker post its state while the analysis runs synchronously; cancelled is
 // polled between steps (the page uses it only where a worker can see a shared flag; otherwise
 // it terminates the worker).
-std::string analyze_with_callbacks(const std::string& config, val callbacks) {
+// The memory budget: the most the module's memory can grow to (2 GB).
+biaslab::AnalyzeOptions budgeted() {
   biaslab::AnalyzeOptions options;
+  options.memory_budget = static_cast<double>(emscripten_get_heap_max());
+  return options;
+}
+
+std::string analyze_with_callbacks(const std::string& config, val callbacks) {
+  biaslab::AnalyzeOptions options = budgeted();
   val progress = callback(callbacks, "progress");
   val cancelled = callback(callbacks, "cancelled");
   if (!progress.isUndefined())
@@ -57,7 +65,7 @@ std::string analyze_with_callbacks(const std::string& config, val callbacks) {
   return biaslab::analyze_text(config, options).dump();
 }
 
-std::string analyze(const std::string& config) { return biaslab::analyze_text(config, {}).dump(); }
+std::string analyze(const std::string& config) { return biaslab::analyze_text(config, budgeted()).dump(); }
 
 std::string schema() { return biaslab::config_schema().dump(); }
 #endif

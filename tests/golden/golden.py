@@ -63,12 +63,17 @@ def run(biaslab, args, stdin=None):
     return done.returncode, done.stdout, done.stderr
 
 
+# The page's memory budget (2^31 bytes), so that reports do not depend on the machine's memory,
+# the CLI's default budget.
+BUDGET = ["--memory-budget", "2.147483648"]
+
+
 def analyse(biaslab, entry):
     """The report of one corpus entry (a preset name or a config), timings removed."""
     if "preset" in entry:
-        rc, out, err = run(biaslab, ["analyze", "--preset", entry["preset"], "--format", "json"])
+        rc, out, err = run(biaslab, ["analyze", "--preset", entry["preset"], "--format", "json"] + BUDGET)
     else:
-        rc, out, err = run(biaslab, ["analyze", "-", "--format", "json"], json.dumps(entry["config"]))
+        rc, out, err = run(biaslab, ["analyze", "-", "--format", "json"] + BUDGET, json.dumps(entry["config"]))
     if not out.strip():
         return {"exit": rc, "stderr": err.strip()[-400:]}
     report = json.loads(out)

@@ -157,6 +157,8 @@ function table_section(table, file_stem, extra_head = null, extra_body = null) {
   );
 }
 
+const gb = (b) => `${(b / 1e9).toFixed(2)} GB`;
+
 function summary(report, ms) {
   const s = report.summary ?? {};
   const parts = [
@@ -167,6 +169,9 @@ function summary(report, ms) {
   if (report.minimal_model) parts.push(`minimal model ${fmt_int(report.minimal_model.params_after)}`);
   const timing = report.timing_ms?.total;
   if (timing !== undefined) parts.push(`analysed in ${Math.round(timing)} ms${ms ? ` (${Math.round(ms)} ms in the worker)` : ''}`);
+  // The memory bound, where it is a noticeable share of the engine's budget.
+  const mem = report.work?.memory;
+  if (mem?.bound > mem?.budget / 100) parts.push(`memory at least ${gb(mem.bound)} of ${gb(mem.budget)}`);
   return h('p', { class: 'summary', id: 'summary' }, parts.join(' · '));
 }
 

@@ -2,7 +2,7 @@
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
 
-import { load_engine } from '../support/engine.js';
+import { fresh_module, load_engine } from '../support/engine.js';
 import { canonical_config, minimal_config } from '../../src/experiment.js';
 
 const engine = await load_engine();
@@ -80,12 +80,28 @@ test('engine: an invalid config gives {ok:false} with the JSON path', () => {
   assert.match(bad.error.message, /invalid JSON/);
 });
 
+test('engine: the memory bound stays below what the module held, and the budget is the module\'s 2 GB', async () => {
+  // A wide MLP's first bias takes its 3072 x 3072 Gram matrix from its layers' factors: the bound
+  // (170 MB) is the parameters' three copies and that matrix. The module's memory only grows, so
+  // after one analysis in a fresh module it is at least the most the analysis held at once.
+  const m = await fresh_module();
+  const wide = { version: 1, shape: { batch: 32, tokens: 1, features: 768 }, layers: [{ type: 'linear', out_features: 3072 }, { type: 'gelu' }, { type: 'linear', out_features: 768 }, { type: 'layernorm' }] };
+  const r = JSON.parse(m.analyze(JSON.stringify(wide)));
+  assert.equal(r.ok, true, JSON.stringify(r.error));
+  const { bound, budget } = r.work.memory;
+  const held = m.HEAPU8.length;
+  console.log(`wide MLP: bound ${(bound / 1e6).toFixed(1)} MB, module memory ${(held / 1e6).toFixed(1)} MB, budget ${(budget / 1e9).toFixed(3)} GB`);
+  assert.equal(budget, 2 ** 31);
+  assert.ok(bound > 150e6 && bound <= held, `bound ${bound} against ${held} bytes held`);
+});
+
 test('engine: progress is reported and cancellation stops the analysis', () => {
   const steps = [];
   const done = engine.analyze_with(presets[0].config, { progress: (step, f) => steps.push([step, f]) });
   assert.equal(done.ok, true);
   assert.ok(steps.length > 2, `progress calls: ${steps.length}`);
   assert.deepEqual(steps.at(-1), ['done', 1]);
+  for (let i = 1; i < steps.length; ++i) assert.ok(steps[i][1] >= steps[i - 1][1], `progress went back: ${JSON.stringify(steps.slice(i - 1, i + 1))}`);
   let calls = 0;
   const stopped = engine.analyze_with(presets[0].config, { cancelled: () => ++calls > 2 });
   assert.equal(stopped.ok, false);

@@ -10,6 +10,15 @@ export const WASM_DIR = process.env.BIASLAB_WASM_DIR ?? resolve(WEB, '../build-w
 
 let engine = null;
 
+/** A new instance of the Node module, with its own memory (32 MB at the start, growing to 2 GB),
+ * for tests that read how far it grew. */
+export async function fresh_module() {
+  const js = resolve(WASM_DIR, 'biaslab-node.js');
+  if (!existsSync(js)) throw new Error(`${js} is missing: run scripts/build-web.sh wasm first`);
+  const create = createRequire(import.meta.url)(js);
+  return create({ wasmBinary: readFileSync(resolve(WASM_DIR, 'biaslab-node.wasm')) });
+}
+
 export async function load_engine() {
   if (engine) return engine;
   const js = resolve(WASM_DIR, 'biaslab-node.js');

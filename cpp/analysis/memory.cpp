@@ -1,0 +1,122 @@
+// memory_need (memory.hpp): the analysis's certain allocations, stage by stage. Compiled for each
+// wasm module: the first-load engine leaves it out.
+#include "analysis/memory.hpp"
+
+#include <algorithm>
+#include <cstdio>
+
+#include "analysis/analysis.hpp"
+#include "analysis/structure.hpp"
+#include "core/cold.hpp"
+#include "folds/folds.hpp"
+
+#if !defined(__EMSCRIPTEN__)
+#include <unistd.h>
+#endif
+
+namespace biaslab {
+
+#ifdef BIASLAB_LEAN_ENGINE
+MemoryNeed memory_need(const Network&, const Model&, StructureSolver&, bool) { return {}; }
+void release_for_folds(analysis::Context&) {}
+void memory_json(const MemoryNeed&, double, Json&) {}
+std::string memory_refusal(const MemoryNeed&, double) { return {}; }
+#else
+
+namespace {
+std::string gigabytes(double bytes) {
+  char buf[32];
+  if (bytes < 1e9) std::snprintf(buf, sizeof buf, "%.0f MB", bytes / 1e6);
+  else std::snprintf(buf, sizeof buf, "%.2f GB", bytes / 1e9);
+  return buf;
+}
+}  // namespace
+
+BIASLAB_COLD MemoryNeed memory_need(const Network& net, const Model& m, StructureSolver& solver, bool folds) {
+  // P: every tensor's entries (buffers too: the network and the model hold them alike); V: those
+  // a fold other than merge_linear_linear can remove (it drops or zeroes vectors, keeps weights).
+  double P = 0, V = 0;
+  for (const ModelParam& p : m.params) {
+    P += double(p.value.size());
+    if (p.role != ParamRole::weight) V += double(p.value.size());
+  }
+  // Held throughout: the network, its compiled model (float64 each) and the measurements' float32
+  // copy of every parameter.
+  const double held = 20.0 * P;
+  MemoryNeed need{held, "layers", "the parameters, held as the network, its compiled model and a float32 copy"};
+  auto consider = [&](double bytes, std::string path, std::string what) {
+    if (bytes > need.bytes) need = {bytes, std::move(path), std::move(what)};
+  };
+  // The biases: a wide MLP bias's Gram matrix from its layers' factors (n x n), which the solver
+  // builds on its first input where that fits its budget; a gated FFN with both biases keeps its
+  // factor A (n x n) beside it for the other one.
+  for (size_t i = 0; i < m.params.size(); ++i) {
+    const ModelParam& p = m.params[i];
+    if (!is_bias_like(p.role) || !solver.options().structured_gram) continue;
+    const int param = static_cast<int>(i), cut = solver.injective_cut(p.op);
+    const double f = structured_gram_flops(m, param, cut), n = double(p.value.size());
+    // (the solver builds it where this and the reference JVP before it fit the bias's budget)
+    const StructureOptions& so = solver.options();
+    const double ref = structural_flops_per_input(m, p, false, so.row_subset_min_flops, cut) / std::max(1.0, n);
+    if (!(f > 0 && ref + f <= so.max_flops)) continue;
+    const Op& op = m.ops[static_cast<size_t>(p.op)];
+    const bool keeps = op.kind == OpKind::glu && op.bg >= 0 && op.bu >= 0;
+    char buf[200];
+    std::snprintf(buf, sizeof buf, "the Gram matrix of %s from its layers' factors (%.0f x %.0f%s)", p.name.c_str(), n,
+                  n, keeps ? ", and the factor it shares with the other bias of its gated FFN" : "");
+    consider(held + (keeps ? 16.0 : 8.0) * n * n, analysis::json_path(m.ops[static_cast<size_t>(p.op)].layer), buf);
+  }
+  if (folds) {
+    // The folds come last, after release_for_folds: the network alone is held then.
+    const double net_only = 8.0 * P;
+    const std::vector<FoldCandidate> cands = find_folds(net);
+    // Each fold copies the whole network, then compiles the copy (a fold that only moves vectors
+    // leaves at least P - V entries in both).
+    bool any = false, moves_vectors = false, minimal = false;
+    for (const FoldCandidate& c : cands) {
+      any = true;
+      moves_vectors = moves_vectors || std::string(c.rule->id) != "merge_linear_linear";
+      minimal = minimal || c.rule->in_minimal;
+    }
+    if (any) consider(net_only + std::max(8.0 * P, moves_vectors ? 16.0 * (P - V) : 0.0), "layers",
+                      "the network, a fold's copy of it and the copy compiled");
+    // The smallest model works on a copy of the network, and its first step copies that again.
+    if (minimal) consider(net_only + 16.0 * P, "layers", "the network, the smallest model's copy of it and the copy its first fold makes");
+  }
+  return need;
+}
+
+BIASLAB_COLD void release_for_folds(analysis::Context& c) {
+  c.pool->release();
+  c.ev->release_weights();
+  for (ModelParam& p : c.model.params) p.value = Mat();
+}
+
+BIASLAB_COLD void memory_json(const MemoryNeed& need, double budget, Json& work) {
+  work["memory"] = {{"bound", need.bytes}, {"stage", need.what}, {"budget", budget}};
+}
+
+BIASLAB_COLD std::string memory_refusal(const MemoryNeed& need, double budget) {
+#if defined(__EMSCRIPTEN__)
+  const char* engine = "of WebAssembly memory the page's engine has";
+  const char* cli = ", or run the CLI, which can use the machine's memory";
+#else
+  const char* engine = "this analysis may use (--memory-budget; by default the machine's memory)";
+  const char* cli = "";
+#endif
+  return "the analysis needs at least " + gigabytes(need.bytes) + " of memory at once (" + need.what +
+         "), more than the " + gigabytes(budget) + " " + engine +
+         (need.path == "layers" ? "; reduce the width or the number of layers" : "; reduce this layer's width") + cli;
+}
+#endif
+
+double physical_memory() {
+#if defined(__EMSCRIPTEN__)
+  return 0;
+#else
+  const long pages = sysconf(_SC_PHYS_PAGES), size = sysconf(_SC_PAGE_SIZE);
+  return pages > 0 && size > 0 ? double(pages) * double(size) : 0;
+#endif
+}
+
+}  // namespace biaslab
