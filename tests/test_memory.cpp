@@ -1,8 +1,10 @@
 // The memory budget (analysis/memory.hpp): the bound on what an analysis holds at once, and the
 // refusal, before any work, of a config whose bound passes the budget. (That the bound is below
 // what the analysis really holds is checked in wasm, where the module's memory is its peak:
-// web/test/engine.test.mjs.)
+// web/test/node/engine.test.js.)
+#include <algorithm>
 #include <string>
+#include <vector>
 
 #include "support.hpp"
 
@@ -60,6 +62,30 @@ TEST_CASE("memory: the parameters' copies bound an analysis, which is refused pa
   const json fits = run(kMlp, bound);
   CHECK(fits.value("ok", false));
   CHECK(fits.at("work").at("memory").at("budget").get<double>() == bound);
+}
+
+TEST_CASE("memory: a fold the smallest model does not take copies the network and compiles the copy") {
+  // A Linear's bias before a LayerNorm: centring it is a fold (its mean goes), but not one the
+  // smallest model takes. The network, its copy and the copy compiled, less the vectors the fold
+  // could remove from the last two: 8 P + 16 (P - V).
+  const char* centre = R"({"version": 1, "shape": {"batch": 2, "tokens": 4, "features": 64},
+    "layers": [{"type": "linear"}, {"type": "layernorm"}]})";
+  const json r = run(centre, 0);
+  const double bound = bound_of(r);
+  double P = 0, V = 0;
+  for (const json& layer : r.at("layers"))
+    for (const json& p : layer.at("params")) {
+      double size = 1;
+      for (const json& d : p.at("shape")) size *= d.get<double>();
+      P += size;
+      if (p.at("role") != "weight") V += size;
+    }
+  INFO("bound " << bound << " bytes, P " << P << ", V " << V << ", stage " << r.at("work").at("memory").at("stage"));
+  std::vector<std::string> rules;
+  for (const json& f : r.at("folds")) rules.push_back(f.at("rule").get<std::string>());
+  CHECK(std::find(rules.begin(), rules.end(), "centre_bias_before_norm") != rules.end());
+  CHECK(bound == 8.0 * P + 16.0 * (P - V));
+  CHECK(bound > 20.0 * P);
 }
 
 TEST_CASE("memory: a wide bias's Gram matrix is refused with its layer") {

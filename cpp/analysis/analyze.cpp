@@ -101,6 +101,8 @@ BIASLAB_COLD json analyze(const ExperimentConfig& cfg, const AnalyzeOptions& opt
     // says so before any work, and the page asks the engine that has it.
     const char* hand_on = nullptr;  // what the engine fetched on demand has and this one has not
     if (!conv_kernel_linked() && has_conv(cfg.layers)) hand_on = "this config needs the engine with convolutions";
+    // Nor the memory bound (memory.hpp): a config of many parameters goes there before it is built.
+    else if (!token_rows_linked() && cfg.parameters > kLeanParameters) hand_on = "this config needs the full engine";
     if (!hand_on) {
       c.net = build_network(cfg);
       sync_network(c.net);
@@ -111,9 +113,7 @@ BIASLAB_COLD json analyze(const ExperimentConfig& cfg, const AnalyzeOptions& opt
       if (const auto e = check_work(c.model, *c.solver, &wants_rows)) return error_json(*e);
       // Nor token rows and the Cholesky certificate (structure.hpp): a config that could use them
       // goes to the engine that has them too.
-      // Nor the memory bound: a config of many parameters goes there too.
-      if (!token_rows_linked() && (wants_rows || count_parameters(c.net) > kLeanParameters))
-        hand_on = "this config needs the full engine";
+      if (wants_rows && !token_rows_linked()) hand_on = "this config needs the engine with token rows";
       c.memory = memory_need(c.net, c.model, *c.solver, opt.folds);
       if (opt.memory_budget > 0 && c.memory.bytes > opt.memory_budget)
         return error_json({c.memory.path, memory_refusal(c.memory, opt.memory_budget)});

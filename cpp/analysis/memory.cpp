@@ -58,13 +58,13 @@ BIASLAB_COLD MemoryNeed memory_need(const Network& net, const Model& m, Structur
     // (the solver builds it where this and the reference JVP before it fit the bias's budget)
     const StructureOptions& so = solver.options();
     const double ref = structural_flops_per_input(m, p, false, so.row_subset_min_flops, cut) / std::max(1.0, n);
-    if (!(f > 0 && ref + f <= so.max_flops)) continue;
+    if (!(f > 0 && ref + f <= so.max_flops && so.max_samples > 0)) continue;
     const Op& op = m.ops[static_cast<size_t>(p.op)];
     const bool keeps = op.kind == OpKind::glu && op.bg >= 0 && op.bu >= 0;
-    char buf[200];
-    std::snprintf(buf, sizeof buf, "the Gram matrix of %s from its layers' factors (%.0f x %.0f%s)", p.name.c_str(), n,
-                  n, keeps ? ", and the factor it shares with the other bias of its gated FFN" : "");
-    consider(held + (keeps ? 16.0 : 8.0) * n * n, analysis::json_path(m.ops[static_cast<size_t>(p.op)].layer), buf);
+    const std::string width = std::to_string(p.value.size());
+    consider(held + (keeps ? 16.0 : 8.0) * n * n, analysis::json_path(m.ops[static_cast<size_t>(p.op)].layer),
+             "the Gram matrix of " + p.name + " from its layers' factors (" + width + " x " + width +
+                 (keeps ? ", and the factor it shares with the other bias of its gated FFN)" : ")"));
   }
   if (folds) {
     // The folds come last, after release_for_folds: the network alone is held then.
@@ -78,8 +78,12 @@ BIASLAB_COLD MemoryNeed memory_need(const Network& net, const Model& m, Structur
       moves_vectors = moves_vectors || std::string(c.rule->id) != "merge_linear_linear";
       minimal = minimal || c.rule->in_minimal;
     }
-    if (any) consider(net_only + std::max(8.0 * P, moves_vectors ? 16.0 * (P - V) : 0.0), "layers",
-                      "the network, a fold's copy of it and the copy compiled");
+    if (any) {
+      if (moves_vectors && 16.0 * (P - V) > 8.0 * P)
+        consider(net_only + 16.0 * (P - V), "layers", "the network, a fold's copy of it and the copy compiled");
+      else
+        consider(net_only + 8.0 * P, "layers", "the network and a fold's copy of it");
+    }
     // The smallest model works on a copy of the network, and its first step copies that again.
     if (minimal) consider(net_only + 16.0 * P, "layers", "the network, the smallest model's copy of it and the copy its first fold makes");
   }

@@ -93,11 +93,11 @@ int cmd_analyze(const std::vector<std::string>& args) {
     } else if (a == "--no-folds") {
       opt.folds = false;
     } else if (a == "--memory-budget") {
-      if (i + 1 >= args.size()) return usage_error("--memory-budget needs a size in GB, e.g. 2.147 (the page's)");
+      if (i + 1 >= args.size()) return usage_error("--memory-budget needs a size in GB, e.g. 2.147483648 (the page's)");
       char* end = nullptr;
       const double gb = std::strtod(args[++i].c_str(), &end);
       if (end == args[i].c_str() || *end != '\0' || !(gb > 0) || gb > 1e6)
-        return usage_error("--memory-budget takes a size in GB above 0, e.g. 2.147 (the page's), not '" + args[i] + "'");
+        return usage_error("--memory-budget takes a size in GB above 0, e.g. 2.147483648 (the page's), not '" + args[i] + "'");
       opt.memory_budget = gb * 1e9;
     } else if (a.size() > 1 && a[0] == '-' && a != "-") {
       return usage_error("unknown option " + a);

@@ -381,7 +381,7 @@ Failure check_stack(const std::vector<LayerConfig>& layers, const std::string& p
   return std::nullopt;
 }
 
-Failure check_semantics(const ExperimentConfig& c) {
+Failure check_semantics(ExperimentConfig& c) {
   Walk w{c.shape, 0, 0, 0, 0, {}};
   w.rows = static_cast<long long>(c.shape.batch) * c.shape.tokens;
   if (w.rows > Limits::max_tokens_total)
@@ -391,7 +391,9 @@ Failure check_semantics(const ExperimentConfig& c) {
                               " tokens in total"};
   if (auto e = check_activations(w, c.shape.features, "shape", "features")) return e;
   int width = c.shape.features;
-  return check_stack(c.layers, "layers", width, w);
+  if (auto e = check_stack(c.layers, "layers", width, w)) return e;
+  c.parameters = w.parameters;
+  return std::nullopt;
 }
 
 // A grid sets the tokens (H * W) unless they are given, and must then agree with them.

@@ -90,6 +90,9 @@ struct ExperimentConfig {
   DType dtype = DType::float64;
   Shape shape;
   std::vector<LayerConfig> layers;
+  // Learned weights and biases, as the parser counted them (0 where the config was not parsed);
+  // not a field of the format.
+  long long parameters = 0;
 };
 
 // Limits that keep every analysis bounded in memory and time (checked by the parser, stated by

@@ -45,9 +45,6 @@ val callback(const val& callbacks, const char* name) {
   return f.typeOf().as<std::string>() == "function" ? f : val::undefined();
 }
 
-// progress lets a worker post its state while the analysis runs synchronously; cancelled is
-// polled between steps (the page uses it only where a worker can see a shared flag; otherwise
-// it terminates the worker).
 // The memory budget: the most the module's memory can grow to (2 GB).
 biaslab::AnalyzeOptions budgeted() {
   biaslab::AnalyzeOptions options;
@@ -55,6 +52,9 @@ biaslab::AnalyzeOptions budgeted() {
   return options;
 }
 
+// progress lets a worker post its state while the analysis runs synchronously; cancelled is
+// polled between steps (the page uses it only where a worker can see a shared flag; otherwise
+// it terminates the worker).
 std::string analyze_with_callbacks(const std::string& config, val callbacks) {
   biaslab::AnalyzeOptions options = budgeted();
   val progress = callback(callbacks, "progress");

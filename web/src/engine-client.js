@@ -167,7 +167,7 @@ export class EngineClient {
       this.full_module = compile_wasm(this.full_wasm_url);
       this.full_module.catch(() => (this.full_module = null)); // a failed fetch may be retried
     }
-    cur.on_progress?.('loading the engine with convolutions', 0);
+    cur.on_progress?.('loading the full engine', 0);
     this.full_module.then(
       (wasm_module) => {
         if (this.current !== cur || !this.worker) return; // superseded meanwhile
@@ -176,7 +176,7 @@ export class EngineClient {
       (err) => {
         if (this.current !== cur) return;
         this.current = null;
-        cur.reject(new Error(`could not load the engine for convolutions: ${err.message ?? err}`));
+        cur.reject(new Error(`could not load the full engine: ${err.message ?? err}`));
       },
     );
   }

@@ -171,7 +171,7 @@ function summary(report, ms) {
   if (timing !== undefined) parts.push(`analysed in ${Math.round(timing)} ms${ms ? ` (${Math.round(ms)} ms in the worker)` : ''}`);
   // The memory bound, where it is a noticeable share of the engine's budget.
   const mem = report.work?.memory;
-  if (mem?.bound > mem?.budget / 100) parts.push(`memory at least ${gb(mem.bound)} of ${gb(mem.budget)}`);
+  if (mem?.budget > 0 && mem.bound > mem.budget / 100) parts.push(`memory at least ${gb(mem.bound)} of ${gb(mem.budget)}`);
   return h('p', { class: 'summary', id: 'summary' }, parts.join(' · '));
 }
 
