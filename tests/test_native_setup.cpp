@@ -5,6 +5,7 @@
 #include <doctest/doctest.h>
 
 #include <cstdint>
+#include <cstdio>
 #include <cstdlib>
 #include <fstream>
 #include <string>
@@ -70,3 +71,21 @@ TEST_CASE("native setup: the analysing commands' heap reserve is offered for hug
   MESSAGE("not Linux with glibc: nothing to check");
 #endif
 }
+
+#if defined(__linux__)
+TEST_CASE("native setup: the default memory budget is the machine's memory, or less where a control group limits it") {
+  const double physical = double(sysconf(_SC_PHYS_PAGES)) * double(sysconf(_SC_PAGE_SIZE));
+  const std::string dir = std::string(std::getenv("TMPDIR") ? std::getenv("TMPDIR") : "/tmp");
+  const std::string limited = dir + "/biaslab-test-memory.max", unlimited = dir + "/biaslab-test-memory.max-none";
+  std::ofstream(limited) << "1000000\n";
+  std::ofstream(unlimited) << "max\n";
+  INFO("physical " << physical);
+  CHECK(biaslab::machine_memory({}) == physical);
+  CHECK(biaslab::machine_memory({limited.c_str()}) == 1000000.0);
+  CHECK(biaslab::machine_memory({unlimited.c_str()}) == physical);
+  CHECK(biaslab::machine_memory({"/nonexistent/memory.max"}) == physical);
+  CHECK(biaslab::machine_memory() <= physical);
+  std::remove(limited.c_str());
+  std::remove(unlimited.c_str());
+}
+#endif

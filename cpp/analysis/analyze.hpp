@@ -24,7 +24,8 @@ struct AnalyzeOptions {
   StructureOptions structure;
   // Bytes the analysis may hold at once (0: no budget): a config whose certain allocations
   // (analysis/memory.hpp) pass it is refused before any work. The page's engine sets its
-  // WebAssembly memory's maximum, the CLI the machine's memory (or --memory-budget).
+  // WebAssembly memory's maximum, the CLI the machine's memory or its control group's limit (or
+  // --memory-budget).
   double memory_budget = 0;
 };
 

@@ -10,10 +10,6 @@
 #include "core/cold.hpp"
 #include "folds/folds.hpp"
 
-#if !defined(__EMSCRIPTEN__)
-#include <unistd.h>
-#endif
-
 namespace biaslab {
 
 #ifdef BIASLAB_LEAN_ENGINE
@@ -105,7 +101,7 @@ BIASLAB_COLD std::string memory_refusal(const MemoryNeed& need, double budget) {
   const char* engine = "of WebAssembly memory the page's engine has";
   const char* cli = ", or run the CLI, which can use the machine's memory";
 #else
-  const char* engine = "this analysis may use (--memory-budget; by default the machine's memory)";
+  const char* engine = "this analysis may use (--memory-budget; by default the machine's memory or its control group's limit)";
   const char* cli = "";
 #endif
   return "the analysis needs at least " + gigabytes(need.bytes) + " of memory at once (" + need.what +
@@ -113,14 +109,5 @@ BIASLAB_COLD std::string memory_refusal(const MemoryNeed& need, double budget) {
          (need.path == "layers" ? "; reduce the width or the number of layers" : "; reduce this layer's width") + cli;
 }
 #endif
-
-double physical_memory() {
-#if defined(__EMSCRIPTEN__)
-  return 0;
-#else
-  const long pages = sysconf(_SC_PHYS_PAGES), size = sysconf(_SC_PAGE_SIZE);
-  return pages > 0 && size > 0 ? double(pages) * double(size) : 0;
-#endif
-}
 
 }  // namespace biaslab

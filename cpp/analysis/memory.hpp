@@ -50,7 +50,4 @@ void memory_json(const MemoryNeed& need, double budget, Json& work);
 // Parameters over which the first-load engine hands a config on (it has no memory bound).
 constexpr long kLeanParameters = 1L << 20;
 
-// The machine's physical memory in bytes (0 where unknown): the CLI's budget.
-double physical_memory();
-
 }  // namespace biaslab

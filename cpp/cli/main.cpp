@@ -17,7 +17,6 @@
 #include <vector>
 
 #include "analysis/analyze.hpp"
-#include "analysis/memory.hpp"
 #include "model/config.hpp"
 #include "analysis/format.hpp"
 #include "model/presets.hpp"
@@ -31,7 +30,8 @@ const char* kUsage = R"(biaslab: which biases and affine parameters does a layer
 
 usage:
   biaslab analyze FILE|- [--format table|json|markdown] [--no-sweep] [--no-invariances] [--no-folds]
-                 [--memory-budget GB]   (refuse what needs more; default: this machine's memory)
+                 [--memory-budget GB]   (refuse what needs more; default: this machine's memory
+                                         or its control group's limit)
   biaslab analyze --preset NAME [options as above]
   biaslab export-torch FILE|-|--preset NAME -o SCRIPT.py [--weights FILE.safetensors] [--load FILE]
   biaslab presets              list the presets (the articles' checks)
@@ -109,7 +109,7 @@ int cmd_analyze(const std::vector<std::string>& args) {
   }
   if (format != "table" && format != "json" && format != "markdown")
     return usage_error("unknown format '" + format + "': use table, json or markdown");
-  if (opt.memory_budget == 0) opt.memory_budget = biaslab::physical_memory();
+  if (opt.memory_budget == 0) opt.memory_budget = biaslab::machine_memory();
   std::string text;
   if (!preset.empty()) {
     if (!file.empty()) return usage_error("give a config file or --preset, not both");

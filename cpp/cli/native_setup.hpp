@@ -1,9 +1,12 @@
 // Process-level tuning for the native front ends (CLI, benchmark); the core stays free of it.
 #pragma once
 
+#include <algorithm>
 #include <cstddef>
 #include <cstdint>
 #include <cstdlib>
+#include <fstream>
+#include <initializer_list>
 
 #if defined(__GLIBC__)
 #include <malloc.h>
@@ -14,6 +17,25 @@
 #endif
 
 namespace biaslab {
+
+// The memory an analysis may use by default (the CLI's --memory-budget), in bytes: the machine's
+// physical memory, or less where the process's control group states a limit (cgroup v2's
+// memory.max, v1's memory.limit_in_bytes, read at their usual mount point). 0 where unknown.
+// (`limits`: the files to read, for the tests.)
+inline double machine_memory(std::initializer_list<const char*> limits = {"/sys/fs/cgroup/memory.max",
+                                                                           "/sys/fs/cgroup/memory/memory.limit_in_bytes"}) {
+  double bytes = 0;
+#if defined(__linux__)
+  const long pages = sysconf(_SC_PHYS_PAGES), size = sysconf(_SC_PAGE_SIZE);
+  if (pages > 0 && size > 0) bytes = double(pages) * double(size);
+  for (const char* path : limits) {
+    std::ifstream f(path);
+    double limit = 0;
+    if (f >> limit && limit > 0 && (bytes == 0 || limit < bytes)) bytes = limit;  // ("max": no limit)
+  }
+#endif
+  return bytes;
+}
 
 // The analyses allocate and free many tangent batches of a few MiB. glibc hands blocks that
 // large back to the kernel on every free (mmap/munmap), so each batch page-faults anew; keeping
