@@ -183,6 +183,37 @@ TEST_CASE("jvp: attention q/k/v/o biases match central differences") {
   }
 }
 
+// A key bias direction dk adds q_i . dk to every score of query i: a constant per softmax row,
+// which the softmax does not see. Its tangent is then exactly zero, not rounding (the structure
+// needs no work for it), unless a sink's logit, which dk does not move, is in the row; RoPE
+// rotates dk per key position, so the scores then move by different amounts.
+TEST_CASE("jvp: a key bias direction's tangent through softmax attention is exactly zero, but for sinks and RoPE") {
+  struct Case {
+    const char* attention;
+    bool zero;
+  };
+  for (const Case& c : {Case{R"({"type": "attention", "num_heads": 2})", true},
+                        Case{R"({"type": "attention", "num_heads": 4, "num_kv_heads": 2, "causal": true})", true},
+                        Case{R"({"type": "attention", "num_heads": 2, "sinks": true})", false},
+                        Case{R"({"type": "attention", "num_heads": 2, "rope": true})", false}}) {
+    const std::string attention = c.attention;
+    CAPTURE(attention);
+    auto b = build(net(2, 5, 8, std::string(c.attention) + R"(, {"type": "linear"}, {"type": "layernorm"})"));
+    const Model& m = b.model;
+    const Weights<double> w = cast_weights<double>(m);
+    Trace trace;
+    forward<double>(m, w, draw_input(b.config, 0), {}, &trace);
+    const int pk = param_index(m, "layers.0.k_proj.bias");
+    const int n = static_cast<int>(m.params[pk].value.size());
+    const Seed unit{pk, Mat::Identity(n, n), true};
+    const Mat d = jvp(m, trace, unit, n, static_cast<int>(m.ops.size()));
+    const double largest = d.cwiseAbs().maxCoeff();
+    INFO("largest entry of the key bias's tangents: " << largest);
+    if (c.zero) CHECK(largest == 0.0);
+    else CHECK(largest > 1e-6);
+  }
+}
+
 TEST_CASE("jvp: cross-attention, whose keys and values read the context and not the input") {
   // Queries from 4 tokens, keys and values from a context of 6 (3 with batch 1): the input's
   // tangent reaches q alone; the k and v biases enter on the context's rows.

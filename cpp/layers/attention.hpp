@@ -38,7 +38,8 @@ void rope_tables(int tokens, int rotary_dim, Mat& cos_t, Mat& sin_t, double base
 // a seed on q/k/v biases enters after the projections (before RoPE, as the biases do). With
 // op.context (cross-attention) dx reaches q alone, and k and v have the context's B * op.context
 // rows (a per-token seed on their biases too: seed_rows).
-// x: the op's input (N, F); c: the float64 forward's cache.
+// x: the op's input (N, F); c: the float64 forward's cache. An empty matrix stands for tangents
+// that are all exactly zero (a key bias's without sinks or RoPE: the softmax ignores it).
 Mat attention_jvp(const Model& m, const Op& op, const Mat& x, const AttentionCache& c,
                   const jvp_detail::Tangent* dx, const Seed& seed, int n);
 

@@ -177,14 +177,19 @@ namespace {
 //   dC = dP V + P 1 dv^T
 // and the dP V products of all directions are one (n*T, Tk) x (Tk, d) product. T queries, Tk
 // keys (Tk = T but in cross-attention).
-// Same formulas as the general path, fewer operations; the exact zeros are the same.
+// The column term q_i . dk is the same for every key of query i, and a softmax does not see a
+// constant added to its row: without sinks (a logit dk does not move) it is left out, and a
+// direction whose dq is zero in a head has an exactly zero dP there, where rounding would leave
+// about 1e-17. Otherwise the same formulas as the general path, fewer operations.
+// Returns an empty matrix where every tangent is exactly zero (nothing allocated).
 Mat attention_jvp_broadcast(const Op& op, const AttentionCache& c, const std::optional<Tangent>& tq,
                             const std::optional<Tangent>& tk, const std::optional<Tangent>& tv, int n, int B, int T,
                             int Tk) {
   const int F = op.in, H = op.heads, d = F / H, group = H / op.kv_heads;
   const Eigen::Index N = Eigen::Index(B) * T;
   const double scale = 1.0 / std::sqrt(static_cast<double>(d));
-  Mat out = Mat::Zero(Eigen::Index(n) * N, F);
+  const bool row_terms = op.sinks >= 0;  // a constant per row moves a softmax with a sink
+  Mat out;  // allocated at the first tangent that is not exactly zero
   // Column block of head h in a tangent of q (width F) or of k, v (width kv_heads * d).
   auto nonzero = [&](const std::optional<Tangent>& t, int a, int col) {
     return t && !(t->v.block(a, col * d, 1, d).array() == 0).all();
@@ -201,13 +206,13 @@ Mat attention_jvp_broadcast(const Op& op, const AttentionCache& c, const std::op
       // direction of q or k typically reaches a single head).
       int used = 0;
       for (int a = 0; a < n; ++a) {
-        slot[a] = nonzero(tq, a, h) || nonzero(tk, a, g) ? used++ : -1;
+        slot[a] = nonzero(tq, a, h) || (row_terms && nonzero(tk, a, g)) ? used++ : -1;
         has_v[a] = nonzero(tv, a, g);
       }
       if (used > 0) {
         if (tq) U.noalias() = tq->v.middleCols(h * d, d) * K.transpose();  // U(a, j) = k_j . dq_a
         else U.setZero();
-        if (tk) W.noalias() = tk->v.middleCols(g * d, d) * Q.transpose();  // W(a, i) = q_i . dk_a
+        if (tk && row_terms) W.noalias() = tk->v.middleCols(g * d, d) * Q.transpose();  // W(a, i) = q_i . dk_a
         else W.setZero();
         for (int a = 0; a < n; ++a) {
           if (slot[a] < 0) continue;
@@ -229,6 +234,7 @@ Mat attention_jvp_broadcast(const Op& op, const AttentionCache& c, const std::op
       const Vec psum = P.rowwise().sum();
       for (int a = 0; a < n; ++a) {
         if (slot[a] < 0 && !has_v[a]) continue;
+        if (out.size() == 0) out = Mat::Zero(Eigen::Index(n) * N, F);
         auto ob = out.block(Eigen::Index(a) * N + Eigen::Index(b) * T, h * d, T, d);
         if (slot[a] >= 0) ob = dc.middleRows(Eigen::Index(slot[a]) * T, T);
         if (has_v[a]) ob.noalias() += psum * tv->v.block(a, g * d, 1, d);

@@ -323,8 +323,11 @@ Mat run_jvp(const Model& m, const Trace& trace, const Seed& seed, int n, int sta
         break;
       }
       case OpKind::attention:
-        if (d || attention_takes_seed(op, seed.param))
-          d = Tangent{attention_jvp(m, op, x, trace.attention[i], d ? &*d : nullptr, seed, n), false};
+        if (d || attention_takes_seed(op, seed.param)) {
+          Mat t = attention_jvp(m, op, x, trace.attention[i], d ? &*d : nullptr, seed, n);
+          if (t.size() == 0) d.reset();  // exactly zero: the ops after it have nothing to carry
+          else d = Tangent{std::move(t), false};
+        }
         break;
       case OpKind::glu:
         if (d || glu_takes_seed(op, seed.param))
