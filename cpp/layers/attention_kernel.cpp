@@ -181,7 +181,7 @@ namespace {
 // constant added to its row: without sinks (a logit dk does not move) it is left out, and a
 // direction whose dq is zero in a head has an exactly zero dP there, where rounding would leave
 // about 1e-17. Otherwise the same formulas as the general path, fewer operations.
-// Returns an empty matrix where every tangent is exactly zero (nothing allocated).
+// Returns an empty matrix where every tangent is exactly zero.
 Mat attention_jvp_broadcast(const Op& op, const AttentionCache& c, const std::optional<Tangent>& tq,
                             const std::optional<Tangent>& tk, const std::optional<Tangent>& tv, int n, int B, int T,
                             int Tk) {
@@ -189,7 +189,8 @@ Mat attention_jvp_broadcast(const Op& op, const AttentionCache& c, const std::op
   const Eigen::Index N = Eigen::Index(B) * T;
   const double scale = 1.0 / std::sqrt(static_cast<double>(d));
   const bool row_terms = op.sinks >= 0;  // a constant per row moves a softmax with a sink
-  Mat out;  // allocated at the first tangent that is not exactly zero
+  Mat out = Mat::Zero(Eigen::Index(n) * N, F);
+  bool any = false;
   // Column block of head h in a tangent of q (width F) or of k, v (width kv_heads * d).
   auto nonzero = [&](const std::optional<Tangent>& t, int a, int col) {
     return t && !(t->v.block(a, col * d, 1, d).array() == 0).all();
@@ -234,12 +235,13 @@ Mat attention_jvp_broadcast(const Op& op, const AttentionCache& c, const std::op
       const Vec psum = P.rowwise().sum();
       for (int a = 0; a < n; ++a) {
         if (slot[a] < 0 && !has_v[a]) continue;
-        if (out.size() == 0) out = Mat::Zero(Eigen::Index(n) * N, F);
+        any = true;
         auto ob = out.block(Eigen::Index(a) * N + Eigen::Index(b) * T, h * d, T, d);
         if (slot[a] >= 0) ob = dc.middleRows(Eigen::Index(slot[a]) * T, T);
         if (has_v[a]) ob.noalias() += psum * tv->v.block(a, g * d, 1, d);
       }
     }
+  if (!any) out.resize(0, 0);
   return out;
 }
 
