@@ -7,6 +7,7 @@
 #include <string>
 #include <vector>
 
+#include "layers/attention.hpp"
 #include "model/jvp.hpp"
 #include "analysis/structure.hpp"
 #include "core/rng.hpp"
@@ -211,6 +212,52 @@ TEST_CASE("jvp: a key bias direction's tangent through softmax attention is exac
     INFO("largest entry of the key bias's tangents: " << largest);
     if (c.zero) CHECK(largest == 0.0);
     else CHECK(largest > 1e-6);
+  }
+}
+
+// The structure takes a q, k or v bias's tangents at its attention's output block by block
+// (attention_bias_blocks); put together they must be the dense JVP's, bit for bit, with every
+// entry outside the blocks exactly zero; RoPE and qk_norm are refused (the dense path serves).
+TEST_CASE("jvp: attention's tangents block by block are the dense ones, bit for bit") {
+  struct Case {
+    const char* attention;
+    bool blocks;
+  };
+  for (const Case& c : {Case{R"({"type": "attention", "num_heads": 4, "causal": true})", true},
+                        Case{R"({"type": "attention", "num_heads": 4, "num_kv_heads": 2, "sinks": true})", true},
+                        Case{R"({"type": "attention", "num_heads": 2, "context_tokens": 3})", true},
+                        Case{R"({"type": "attention", "num_heads": 2, "rope": true})", false},
+                        Case{R"({"type": "attention", "num_heads": 2, "qk_norm": "rmsnorm"})", false}}) {
+    const std::string attention = c.attention;
+    CAPTURE(attention);
+    auto b = build(net(2, 5, 8, attention));
+    const Model& m = b.model;
+    const Weights<double> w = cast_weights<double>(m);
+    Trace trace;
+    forward<double>(m, w, draw_input(b.config, 0), {}, &trace);
+    const Eigen::Index N = Eigen::Index(m.batch) * m.tokens;
+    const int d = m.ops[0].in / m.ops[0].heads;
+    for (const std::string name : {"q_proj.bias", "k_proj.bias", "v_proj.bias"}) {
+      CAPTURE(name);
+      const int p = param_index(m, "layers.0." + name);
+      const int n = static_cast<int>(m.params[p].value.size());
+      const Seed unit{p, Mat::Identity(n, n), true};
+      const Mat dense = jvp(m, trace, unit, n, 1);  // at the attention's output (o_proj's input)
+      Mat put = Mat::Zero(dense.rows(), dense.cols());
+      int emitted = 0;
+      const bool took = attention_bias_blocks(m, m.ops[0], trace.attention[0], unit, n, [&](int a, int s, int h, const Mat& block) {
+        put.block(a * N + Eigen::Index(s) * m.tokens, Eigen::Index(h) * d, m.tokens, d) = block;
+        ++emitted;
+      });
+      REQUIRE(took == c.blocks);
+      if (!took) continue;
+      // (a key bias without sinks has exactly zero tangents: no block at all)
+      const bool zero = std::string(name) == "k_proj.bias" && attention.find("sinks") == std::string::npos;
+      CHECK((emitted == 0) == zero);
+      const double largest = (put - dense).cwiseAbs().maxCoeff();
+      INFO("largest difference from the dense tangents: " << largest);
+      CHECK(largest == 0.0);
+    }
   }
 }
 

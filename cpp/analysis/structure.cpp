@@ -1,4 +1,5 @@
 #include "analysis/structure.hpp"
+#include "layers/attention.hpp"
 #include "layers/norm.hpp"
 #include "layers/ops.hpp"
 
@@ -1230,6 +1231,44 @@ Structure StructureSolver::solve(int param, const std::function<bool()>& cancell
       const int c = std::min(chunk, n - a0);
       Seed s{param, Mat::Zero(c, n), true};  // unit directions, the same for every token
       for (int a = 0; a < c; ++a) s.values(a, a0 + a) = 1.0;
+#ifndef BIASLAB_LEAN_ENGINE
+      // A q, k or v bias whose Jacobian is taken at its attention's output: each direction's
+      // tangent is a few heads' blocks (the rest exactly zero), kept as they come, the same
+      // values as the dense tangents' (whose every entry would be scanned).
+      if (!sub && cut == start + 1 && m_.ops[start].kind == OpKind::attention) {
+        std::vector<std::vector<std::pair<std::array<int, 2>, Mat>>> blocks(static_cast<size_t>(c));
+        const bool took = attention_bias_blocks(m_, m_.ops[start], tr.attention[static_cast<size_t>(start)], s, c,
+                                                [&](int a, int b, int h, const Mat& block) {
+                                                  blocks[static_cast<size_t>(a)].push_back({{b, h}, block});
+                                                });
+        if (took) {
+          const int T = N / m_.batch;
+          for (int a = 0; a < c; ++a) {
+            auto& bl = blocks[static_cast<size_t>(a)];
+            std::sort(bl.begin(), bl.end(), [](const auto& x, const auto& y) { return x.first < y.first; });
+            SparseCol& sc = cols[static_cast<size_t>(a0 + a)];
+            for (size_t k = 0; k < bl.size();) {  // the blocks of sample b, row by row (ascending rows)
+              size_t e = k;
+              while (e < bl.size() && bl[e].first[0] == bl[k].first[0]) ++e;
+              const int b = bl[k].first[0];
+              for (int i = 0; i < T; ++i)
+                for (size_t q = k; q < e; ++q) {
+                  const Mat& blk = bl[q].second;
+                  const Eigen::Index row0 = (Eigen::Index(b) * T + i) * w + Eigen::Index(bl[q].first[1]) * blk.cols();
+                  for (Eigen::Index j = 0; j < blk.cols(); ++j)
+                    if (blk(i, j) != 0.0) {
+                      sc.rows.push_back(static_cast<int>(row0 + j));
+                      sc.vals.push_back(blk(i, j));
+                    }
+                }
+              k = e;
+            }
+          }
+          all_broadcast = false;
+          continue;
+        }
+      }
+#endif
       bool bc = false;
       const Mat d = jvp(m_, tr, s, c, cut, &bc, sub);
       all_broadcast = all_broadcast && bc;

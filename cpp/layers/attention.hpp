@@ -4,6 +4,7 @@
 // ordinary linear op. The arithmetic is attention_kernel.cpp; the layer kind attention.cpp.
 #pragma once
 
+#include <functional>
 #include <optional>
 
 #include "layers/ops.hpp"
@@ -42,6 +43,14 @@ void rope_tables(int tokens, int rotary_dim, Mat& cos_t, Mat& sin_t, double base
 // that are all exactly zero (a key bias's without sinks or RoPE: the softmax ignores it).
 Mat attention_jvp(const Model& m, const Op& op, const Mat& x, const AttentionCache& c,
                   const jvp_detail::Tangent* dx, const Seed& seed, int n);
+
+// attention_jvp for n broadcast directions of a q, k or v bias alone (no input tangent), without
+// RoPE or qk_norm, block by block: emit(a, b, h, block) for each direction a, sample b and query
+// head h whose (T, d) block of the output is not exactly zero, with attention_jvp's values there
+// (every other entry is exactly zero). No (n * N, F) matrix is made: a direction reaches one head
+// (a query bias) or a group's. Returns false, emitting nothing, where it does not apply.
+bool attention_bias_blocks(const Model& m, const Op& op, const AttentionCache& c, const Seed& seed, int n,
+                           const std::function<void(int a, int b, int h, const Mat& block)>& emit);
 
 // The key/value heads of an attention config: num_kv_heads, or num_heads when it is 0 (unset).
 inline int attention_kv_heads(const LayerConfig& c) { return c.num_kv_heads > 0 ? c.num_kv_heads : c.num_heads; }

@@ -181,16 +181,16 @@ namespace {
 // constant added to its row: without sinks (a logit dk does not move) it is left out, and a
 // direction whose dq is zero in a head has an exactly zero dP there, where rounding would leave
 // about 1e-17. Otherwise the same formulas as the general path, fewer operations.
-// Returns an empty matrix where every tangent is exactly zero.
-Mat attention_jvp_broadcast(const Op& op, const AttentionCache& c, const std::optional<Tangent>& tq,
-                            const std::optional<Tangent>& tk, const std::optional<Tangent>& tv, int n, int B, int T,
-                            int Tk) {
-  const int F = op.in, H = op.heads, d = F / H, group = H / op.kv_heads;
-  const Eigen::Index N = Eigen::Index(B) * T;
+// Each (T, d) block of the output that is not exactly zero goes to emit(a, b, h, dc, dv): direction
+// a, sample b, head h; the block is rows [dc's first, + T) of `dc` (none: nullptr) plus
+// psum dv^T (dv: nullptr for none), written by the emitter.
+template <class Emit>
+void attention_jvp_broadcast(const Op& op, const AttentionCache& c, const std::optional<Tangent>& tq,
+                             const std::optional<Tangent>& tk, const std::optional<Tangent>& tv, int n, int B, int T,
+                             int Tk, Emit&& emit) {
+  const int H = op.heads, d = op.in / H, group = H / op.kv_heads;
   const double scale = 1.0 / std::sqrt(static_cast<double>(d));
   const bool row_terms = op.sinks >= 0;  // a constant per row moves a softmax with a sink
-  Mat out = Mat::Zero(Eigen::Index(n) * N, F);
-  bool any = false;
   // Column block of head h in a tangent of q (width F) or of k, v (width kv_heads * d).
   auto nonzero = [&](const std::optional<Tangent>& t, int a, int col) {
     return t && !(t->v.block(a, col * d, 1, d).array() == 0).all();
@@ -235,14 +235,18 @@ Mat attention_jvp_broadcast(const Op& op, const AttentionCache& c, const std::op
       const Vec psum = P.rowwise().sum();
       for (int a = 0; a < n; ++a) {
         if (slot[a] < 0 && !has_v[a]) continue;
-        any = true;
-        auto ob = out.block(Eigen::Index(a) * N + Eigen::Index(b) * T, h * d, T, d);
-        if (slot[a] >= 0) ob = dc.middleRows(Eigen::Index(slot[a]) * T, T);
-        if (has_v[a]) ob.noalias() += psum * tv->v.block(a, g * d, 1, d);
+        emit(a, b, h, slot[a] >= 0 ? dc.data() + Eigen::Index(slot[a]) * T * d : nullptr, psum,
+             has_v[a] ? tv->v.data() + Eigen::Index(a) * tv->v.cols() + g * d : nullptr);
       }
     }
-  if (!any) out.resize(0, 0);
-  return out;
+}
+
+// The block (T, d) that attention_jvp_broadcast hands over, added into `ob` (zero before).
+template <class Block>
+void add_block(Block&& ob, const double* dc, const Vec& psum, const double* dv) {
+  const Eigen::Index T = ob.rows(), d = ob.cols();
+  if (dc) ob = Eigen::Map<const Mat>(dc, T, d);
+  if (dv) ob.noalias() += psum * Eigen::Map<const Eigen::RowVectorXd>(dv, d);
 }
 
 // The tangent of qk_norm's output for q or k: dz (dense, (n*N, heads*d), or none) through the
@@ -306,7 +310,15 @@ Mat attention_jvp(const Model& m, const Op& op, const Mat& x, const AttentionCac
   const bool sink_seeded = op.sinks >= 0 && seed.param == op.sinks;
   const bool all_broadcast = !op.rope && !op.qk_norm && !sink_seeded && (!tq || tq->broadcast) && (!tk || tk->broadcast) &&
                              (!tv || tv->broadcast);
-  if (all_broadcast) return attention_jvp_broadcast(op, c, tq, tk, tv, n, B, T, Tk);
+  if (all_broadcast) {  // (an empty matrix where every tangent is exactly zero)
+    Mat out;
+    attention_jvp_broadcast(op, c, tq, tk, tv, n, B, T, Tk,
+                            [&](int a, int b, int h, const double* dc, const Vec& psum, const double* dv) {
+                              if (out.size() == 0) out = Mat::Zero(Eigen::Index(n) * N, F);
+                              add_block(out.block(Eigen::Index(a) * N + Eigen::Index(b) * T, h * d, T, d), dc, psum, dv);
+                            });
+    return out;
+  }
   auto dense = [&](std::optional<Tangent>& t, Eigen::Index rows) -> std::optional<Mat> {
     if (!t) return std::nullopt;
     return t->broadcast ? expand(t->v, rows) : std::move(t->v);
@@ -360,6 +372,23 @@ Mat attention_jvp(const Model& m, const Op& op, const Mat& x, const AttentionCac
       }
     }
   return out;
+}
+
+bool attention_bias_blocks(const Model& m, const Op& op, const AttentionCache& c, const Seed& seed, int n,
+                           const std::function<void(int, int, int, const Mat&)>& emit) {
+  const int p = seed.param;
+  if (op.rope || op.qk_norm || !seed.broadcast || p < 0 || !(p == op.bq || p == op.bk || p == op.bv)) return false;
+  const int B = m.batch, T = static_cast<int>(c.q.rows()) / B, Tk = op.context > 0 ? op.context : T;
+  std::optional<Tangent> t[3];  // q, k, v: the seed's alone (no input tangent)
+  t[p == op.bq ? 0 : p == op.bk ? 1 : 2] = Tangent{seed.values, true};
+  Mat block(T, op.in / op.heads);
+  attention_jvp_broadcast(op, c, t[0], t[1], t[2], n, B, T, Tk,
+                          [&](int a, int b, int h, const double* dc, const Vec& psum, const double* dv) {
+                            block.setZero();
+                            add_block(block, dc, psum, dv);
+                            emit(a, b, h, block);
+                          });
+  return true;
 }
 
 }  // namespace biaslab
