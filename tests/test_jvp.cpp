@@ -184,6 +184,14 @@ TEST_CASE("jvp: attention q/k/v/o biases match central differences") {
   }
 }
 
+// The float64 forward trace of a built config's first input.
+template <class Built>
+Trace first_trace(const Built& b) {
+  Trace trace;
+  forward<double>(b.model, cast_weights<double>(b.model), draw_input(b.config, 0), {}, &trace);
+  return trace;
+}
+
 // A key bias direction dk adds q_i . dk to every score of query i: a constant per softmax row,
 // which the softmax does not see. Its tangent is then exactly zero, not rounding (the structure
 // needs no work for it), unless a sink's logit, which dk does not move, is in the row; RoPE
@@ -201,9 +209,7 @@ TEST_CASE("jvp: a key bias direction's tangent through softmax attention is exac
     CAPTURE(attention);
     auto b = build(net(2, 5, 8, std::string(c.attention) + R"(, {"type": "linear"}, {"type": "layernorm"})"));
     const Model& m = b.model;
-    const Weights<double> w = cast_weights<double>(m);
-    Trace trace;
-    forward<double>(m, w, draw_input(b.config, 0), {}, &trace);
+    const Trace trace = first_trace(b);
     const int pk = param_index(m, "layers.0.k_proj.bias");
     const int n = static_cast<int>(m.params[pk].value.size());
     const Seed unit{pk, Mat::Identity(n, n), true};
@@ -232,9 +238,7 @@ TEST_CASE("jvp: attention's tangents block by block are the dense ones, bit for 
     CAPTURE(attention);
     auto b = build(net(2, 5, 8, attention));
     const Model& m = b.model;
-    const Weights<double> w = cast_weights<double>(m);
-    Trace trace;
-    forward<double>(m, w, draw_input(b.config, 0), {}, &trace);
+    const Trace trace = first_trace(b);
     const Eigen::Index N = Eigen::Index(m.batch) * m.tokens;
     const int d = m.ops[0].in / m.ops[0].heads;
     for (const std::string name : {"q_proj.bias", "k_proj.bias", "v_proj.bias"}) {
@@ -258,6 +262,42 @@ TEST_CASE("jvp: attention's tangents block by block are the dense ones, bit for 
       INFO("largest difference from the dense tangents: " << largest);
       CHECK(largest == 0.0);
     }
+  }
+}
+
+// At each query row the query bias's Jacobian is, head by head, L K (query_bias_factors): the
+// structure takes the Tk columns of L through the layers after attention instead of the d unit
+// directions. It must be the dense JVP's block at that row, to rounding.
+TEST_CASE("jvp: a query bias's Jacobian at a query row is L K, head by head") {
+  constexpr double kTol = 1e-12;  // relative to the largest entry: a different order of sums
+  for (const std::string attention : {R"({"type": "attention", "num_heads": 4, "causal": true})",
+                                      R"({"type": "attention", "num_heads": 4, "num_kv_heads": 2, "sinks": true})",
+                                      R"({"type": "attention", "num_heads": 2, "context_tokens": 3})",
+                                      R"({"type": "attention", "num_heads": 2, "rope": true})"}) {
+    CAPTURE(attention);
+    auto b = build(net(2, 5, 8, attention));
+    const Model& m = b.model;
+    const Trace trace = first_trace(b);
+    const Eigen::Index N = Eigen::Index(m.batch) * m.tokens;
+    const Op& op = m.ops[0];
+    const int p = param_index(m, "layers.0.q_proj.bias"), n = op.in, d = op.in / op.heads;
+    const Mat dense = jvp(m, trace, Seed{p, Mat::Identity(n, n), true}, n, 1);
+    const double scale = dense.cwiseAbs().maxCoeff();
+    double worst = 0;
+    for (Eigen::Index r = 0; r < N; ++r) {
+      const auto f = query_bias_factors(m, op, trace.attention[0], p, r);
+      REQUIRE(f.has_value() == !op.rope);
+      if (!f) break;
+      for (int h = 0; h < op.heads; ++h) {
+        const Mat LK = (*f)[static_cast<size_t>(h)].L * (*f)[static_cast<size_t>(h)].K;  // (d, d): column e is direction h d + e
+        for (int e = 0; e < d; ++e) {
+          const Eigen::Index a = Eigen::Index(h) * d + e;
+          worst = std::max(worst, (dense.row(a * N + r).segment(Eigen::Index(h) * d, d).transpose() - LK.col(e)).cwiseAbs().maxCoeff());
+        }
+      }
+    }
+    INFO("largest difference " << worst << " against entries up to " << scale);
+    CHECK(worst <= kTol * std::max(1.0, scale));
   }
 }
 

@@ -798,6 +798,11 @@ std::vector<Mat> StructureSolver::tail_rows(int k, const Trace& tr, const TokenR
 #endif
 }
 
+bool StructureSolver::tail_made(int k, const TokenRows& sub, int p, int cut) const {
+  const auto it = tails_.find({k, p, cut});
+  return it != tails_.end() && std::all_of(sub.rows.begin(), sub.rows.end(), [&](Eigen::Index r) { return it->second.count(r) > 0; });
+}
+
 namespace {
 
 // The columns of one input's Jacobian as sparse vectors, and its reference scale. Column a is
@@ -1051,10 +1056,14 @@ Structure StructureSolver::solve(int param, const std::function<bool()>& cancell
   const int tail_p = tail_point(param, plan, cut);
   out.tail_at = tail_p;
   std::vector<Mat> tail;
+  // A query bias's rows that start right after its attention take a few columns per head
+  // through the per-token ops (unit_columns): a row's shared tail serves them where another
+  // bias has made it already, and is not made for them alone.
+  const bool query_rows = kTokenRows && plan.at == start + 1 && query_bias_factorable(m_.ops[static_cast<size_t>(start)], param);
   auto rows_of = [&](const Trace& tr, int k) {
     if (!kTokenRows || plan.at < 0) return std::optional<TokenRows>();
     std::optional<TokenRows> t(take_rows(tr, plan.at, cut, plan_idx));
-    if (tail_p >= 0) {
+    if (tail_p >= 0 && (!query_rows || tail_made(k, *t, tail_p, cut))) {
       tail = tail_rows(k, tr, *t, tail_p, cut, &out.flops);
       t->tail_at = tail_p;
       t->tail = &tail;
@@ -1223,6 +1232,57 @@ Structure StructureSolver::solve(int param, const std::function<bool()>& cancell
     cols.resize(n);
     bool all_broadcast = true;
     rows = Eigen::Index(N) * w;
+#ifndef BIASLAB_LEAN_ENGINE
+    // A query bias with token rows that start right after its attention: at each row, head h's
+    // d directions move the output through the Tk columns of L_h alone (query_bias_factors), so
+    // those columns go through the per-token ops (or the row's shared tail) instead of the d
+    // unit directions, and the d tangents are K_h^T times theirs.
+    if (sub && sub->at == start + 1) {
+      const Op& ao = m_.ops[static_cast<size_t>(start)];
+      const int k = N, H = ao.heads, d = ao.in / std::max(1, ao.heads);
+      std::vector<std::vector<QueryFactors>> f;
+      for (int j = 0; j < k && ao.kind == OpKind::attention; ++j) {
+        auto fj = query_bias_factors(m_, ao, tr.attention[static_cast<size_t>(start)], param, sub->rows[static_cast<size_t>(j)]);
+        if (!fj) break;
+        f.push_back(std::move(*fj));
+      }
+      if (ao.kind == OpKind::attention && static_cast<int>(f.size()) == k) {
+        const bool tail = sub->tail && sub->tail_at >= sub->at;
+        const int to = tail ? sub->tail_at : cut;
+        Mat D(Eigen::Index(n) * k, w);
+        for (int j = 0; j < k; ++j) {
+          if (cancelled && cancelled()) {
+            *stopped = true;
+            return;
+          }
+          const Eigen::Index Tk = f[static_cast<size_t>(j)][0].L.cols();
+          Mat init = Mat::Zero(Eigen::Index(H) * Tk, ao.in);
+          for (int h = 0; h < H; ++h)
+            init.block(Eigen::Index(h) * Tk, Eigen::Index(h) * d, Tk, d) = f[static_cast<size_t>(j)][static_cast<size_t>(h)].L.transpose();
+          Mat y = to > sub->at ? jvp_rows(m_, tr, take_rows(tr, sub->at, to, {sub->rows[static_cast<size_t>(j)]}), sub->at, to, init,
+                                          static_cast<int>(init.rows()))
+                               : init;
+          if (tail) y = y * (*sub->tail)[static_cast<size_t>(j)].transpose();
+          for (int h = 0; h < H; ++h) {
+            const Mat Jh = f[static_cast<size_t>(j)][static_cast<size_t>(h)].K.transpose() * y.middleRows(Eigen::Index(h) * Tk, Tk);
+            for (int e = 0; e < d; ++e) D.row(Eigen::Index(h * d + e) * k + j) = Jh.row(e);
+          }
+        }
+        for (int a = 0; a < n; ++a) {
+          const double* v = D.data() + Eigen::Index(a) * rows;
+          SparseCol& sc = cols[static_cast<size_t>(a)];
+          for (Eigen::Index r = 0; r < rows; ++r)
+            if (v[r] != 0.0) {
+              sc.rows.push_back(static_cast<int>(r));
+              sc.vals.push_back(v[r]);
+            }
+        }
+        out.flops += jvp_cost;
+        *all_bc = false;
+        return;
+      }
+    }
+#endif
     for (int a0 = 0; a0 < n; a0 += chunk) {
       if (cancelled && cancelled()) {
         *stopped = true;

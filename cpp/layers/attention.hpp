@@ -6,6 +6,7 @@
 
 #include <functional>
 #include <optional>
+#include <vector>
 
 #include "layers/ops.hpp"
 #include "model/tangent.hpp"
@@ -51,6 +52,20 @@ Mat attention_jvp(const Model& m, const Op& op, const Mat& x, const AttentionCac
 // (a query bias) or a group's. Returns false, emitting nothing, where it does not apply.
 bool attention_bias_blocks(const Model& m, const Op& op, const AttentionCache& c, const Seed& seed, int n,
                            const std::function<void(int a, int b, int h, const Mat& block)>& emit);
+
+// A query bias's Jacobian at one query row of the attention's output, head by head: a move dq of
+// head h's query moves its output by L K dq, where L = (V^T diag(p) - V^T p p^T) / sqrt(d) (d x
+// Tk) and K the keys (Tk x d), p the row's weights on its head's keys (a softmax ignores the part
+// of K dq that is the same for every key: rank at most Tk - 1). Without RoPE or qk_norm, for the
+// query bias `param` of op `op` (else nothing); `row` indexes the N query rows.
+struct QueryFactors {
+  Mat L, K;
+};
+inline bool query_bias_factorable(const Op& op, int param) {
+  return op.kind == OpKind::attention && !op.rope && !op.qk_norm && param >= 0 && param == op.bq;
+}
+std::optional<std::vector<QueryFactors>> query_bias_factors(const Model& m, const Op& op, const AttentionCache& c,
+                                                            int param, Eigen::Index row);
 
 // The key/value heads of an attention config: num_kv_heads, or num_heads when it is 0 (unset).
 inline int attention_kv_heads(const LayerConfig& c) { return c.num_kv_heads > 0 ? c.num_kv_heads : c.num_heads; }

@@ -391,4 +391,24 @@ bool attention_bias_blocks(const Model& m, const Op& op, const AttentionCache& c
   return true;
 }
 
+std::optional<std::vector<QueryFactors>> query_bias_factors(const Model& m, const Op& op, const AttentionCache& c,
+                                                            int param, Eigen::Index row) {
+  if (!query_bias_factorable(op, param)) return std::nullopt;
+  const int H = op.heads, d = op.in / H, group = H / op.kv_heads;
+  const int T = static_cast<int>(c.q.rows()) / m.batch, Tk = op.context > 0 ? op.context : T;
+  const int b = static_cast<int>(row / T), i = static_cast<int>(row % T);
+  const double scale = 1.0 / std::sqrt(static_cast<double>(d));
+  std::vector<QueryFactors> out(static_cast<size_t>(H));
+  for (int h = 0; h < H; ++h) {
+    const int g = h / group;
+    const Vec p = c.probs[b * H + h].row(i).transpose();  // (Tk): row i's weights on the keys
+    const auto V = c.v.block(Eigen::Index(b) * Tk, g * d, Tk, d);
+    QueryFactors& f = out[static_cast<size_t>(h)];
+    const Vec vp = V.transpose() * p;
+    f.L = scale * (V.transpose() * p.asDiagonal() - vp * p.transpose());
+    f.K = c.k.block(Eigen::Index(b) * Tk, g * d, Tk, d);
+  }
+  return out;
+}
+
 }  // namespace biaslab

@@ -563,6 +563,12 @@ std::vector<Mat> tail_jacobian(const Model& m, const Trace& trace, const TokenRo
   }
   return A;
 }
+
+Mat jvp_rows(const Model& m, const Trace& trace, const TokenRows& sub, int from, int stop, const Mat& init, int n) {
+  if (from < sub.at || from > stop) throw std::invalid_argument("jvp_rows: from outside the rows' ops");
+  const Seed none{-1, Mat(), true};
+  return run_jvp(m, trace, none, n, from, stop, nullptr, &sub, &init);
+}
 #endif
 
 Eigen::Index seed_rows(const Model& m, int param, Eigen::Index N) {

@@ -60,6 +60,11 @@ Mat jvp(const Model& m, const Trace& trace, const Seed& seed, int n, int stop, b
 std::vector<Mat> tail_jacobian(const Model& m, const Trace& trace, const TokenRows& sub, int from, int stop,
                                int chunk);
 
+// Tangents `init` (n directions of sub's rows: row a * k + j is direction a at row j, (n * k, width
+// at `from`)) entering op `from` (sub.at <= from <= stop, no open block's skip carrying one),
+// taken through ops [from, stop): (n * k, width at stop).
+Mat jvp_rows(const Model& m, const Trace& trace, const TokenRows& sub, int from, int stop, const Mat& init, int n);
+
 // The rows of one direction of a per-token seed on `param` (Seed::values, not broadcast): the N
 // input rows, or the context's B * context_tokens for the key/value side of cross-attention
 // (k_proj.bias, v_proj.bias, k_norm.bias).
