@@ -269,7 +269,7 @@ TEST_CASE("jvp: attention's tangents block by block are the dense ones, bit for 
 // structure takes the Tk columns of L through the layers after attention instead of the d unit
 // directions. It must be the dense JVP's block at that row, to rounding.
 TEST_CASE("jvp: a query bias's Jacobian at a query row is L K, head by head") {
-  constexpr double kTol = 1e-12;  // relative to the largest entry: a different order of sums
+  constexpr double kTol = 1e-12;  // of the largest entry (at least 1): a different order of sums
   for (const std::string attention : {R"({"type": "attention", "num_heads": 4, "causal": true})",
                                       R"({"type": "attention", "num_heads": 4, "num_kv_heads": 2, "sinks": true})",
                                       R"({"type": "attention", "num_heads": 2, "context_tokens": 3})",

@@ -283,6 +283,20 @@ TEST_CASE("structure: token rows give every bias the answer every row gives") {
   CHECK(tails_used >= 8);  // shared tails (StructureSolver::tail_point) among them
 }
 
+// Two solvers of one model with token rows wherever they apply, the second with `option` off.
+struct OnOff {
+  OnOff(const biaslab::test::Built& b, bool StructureOptions::*option)
+      : pool_on(b.model, b.config), pool_off(b.model, b.config), with(b.model, pool_on, RowSolvers::options(0)),
+        without(b.model, pool_off, off(option)) {}
+  static StructureOptions off(bool StructureOptions::*option) {
+    StructureOptions o = RowSolvers::options(0);
+    o.*option = false;
+    return o;
+  }
+  TracePool pool_on, pool_off;
+  StructureSolver with, without;
+};
+
 // Shared tails change how the token rows' tangents are computed, never the course of the solve:
 // with and without them, every bias of these stacks stops by the same rule after the same inputs
 // with the same answer. Ops that all keep a broadcast tangent compact (a stack of Linears) take
@@ -296,10 +310,8 @@ TEST_CASE("structure: shared tails leave every bias's solve as it was") {
     const std::string cfg = stack(3, shape(2, 8, 8), layers);
     INFO(cfg);
     auto b = build(cfg);
-    StructureOptions on = RowSolvers::options(0), off = on;
-    off.shared_tails = false;
-    TracePool pool_on(b.model, b.config), pool_off(b.model, b.config);
-    StructureSolver with(b.model, pool_on, on), without(b.model, pool_off, off);
+    OnOff solvers(b, &StructureOptions::shared_tails);
+    StructureSolver &with = solvers.with, &without = solvers.without;
     for (size_t pi = 0; pi < b.model.params.size(); ++pi) {
       if (!is_bias_like(b.model.params[pi].role)) continue;
       CAPTURE(b.model.params[pi].name);
@@ -321,6 +333,52 @@ TEST_CASE("structure: shared tails leave every bias's solve as it was") {
     }
   }
   CHECK(shared >= 8);
+}
+
+// A query bias's token rows through the Tk columns of its heads' L (StructureOptions::
+// query_factors) must answer as its unit directions do: the same course of the solve, the same
+// null space and singular values to rounding (a scaled or permuted tangent would move them).
+// Fewer keys than a head's width (else the path is not taken), with and without a shared tail,
+// grouped heads with sinks, and few tokens, where the query bias has null directions.
+TEST_CASE("structure: a query bias's rows through L answer as its unit directions do") {
+  const char* attention[] = {R"({"type":"attention","num_heads":2,"causal":true})",
+                             R"({"type":"attention","num_heads":4,"num_kv_heads":2,"sinks":true})"};
+  int taken = 0;
+  for (const char* att : attention)
+    for (int tokens : {2, 6}) {
+      const std::string layers = std::string(R"({"type":"residual","body":[{"type":"layernorm"},)") + att +
+                                 R"(]},{"type":"residual","body":[{"type":"layernorm"},{"type":"linear","out_features":64},)"
+                                 R"({"type":"gelu"},{"type":"linear","out_features":32}]},{"type":"layernorm"})";
+      const std::string cfg = stack(5, shape(2, tokens, 32), layers);
+      INFO(cfg);
+      auto b = build(cfg);
+      OnOff solvers(b, &StructureOptions::query_factors);
+      StructureSolver &with = solvers.with, &without = solvers.without;
+      const int p = param_index(b.model, "layers.0.body.1.q_proj.bias");
+      for (int pass = 0; pass < 2; ++pass) {  // the second after the ln_1 bias, whose rows make shared tails
+        const Structure a = with.solve(p), e = without.solve(p);
+        CAPTURE(pass);
+        CAPTURE(a.stop_note);
+        REQUIRE(a.rows_per_sample > 0);
+        ++taken;
+        CHECK(a.stop == e.stop);
+        CHECK(a.samples == e.samples);
+        CHECK(a.rank_history == e.rank_history);
+        CHECK(a.redundant_dim == e.redundant_dim);
+        REQUIRE(a.null_basis.cols() == e.null_basis.cols());
+        const double apart = a.null_basis.cols() == 0 ? 0.0 : (a.null_basis - e.null_basis * (e.null_basis.transpose() * a.null_basis)).norm();
+        INFO("distance between the null spaces " << apart << " (tolerance 1e-9); kept " << a.kept_min << " vs " << e.kept_min
+                                                 << ", null " << a.null_max << " vs " << e.null_max);
+        CHECK(apart <= 1e-9);
+        CHECK(std::abs(a.kept_min - e.kept_min) <= 1e-9 * e.kept_min);
+        CHECK(std::abs(a.reference - e.reference) <= 1e-12 * e.reference);
+        if (pass == 0) {
+          with.solve(param_index(b.model, "layers.0.body.0.bias"));
+          without.solve(param_index(b.model, "layers.0.body.0.bias"));
+        }
+      }
+    }
+  CHECK(taken == 8);
 }
 
 // A wide cluster (512 columns) that is not of full rank is split by its Gram matrix (gram_split)

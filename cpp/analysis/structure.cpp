@@ -1059,11 +1059,16 @@ Structure StructureSolver::solve(int param, const std::function<bool()>& cancell
   // A query bias's rows that start right after its attention take a few columns per head
   // through the per-token ops (unit_columns): a row's shared tail serves them where another
   // bias has made it already, and is not made for them alone.
-  const bool query_rows = kTokenRows && plan.at == start + 1 && query_bias_factorable(m_.ops[static_cast<size_t>(start)], param);
+  // Taken where it pushes fewer vectors a row than the unit directions: Tk < d.
+  const Op& sop = m_.ops[static_cast<size_t>(start)];
+  const bool query_rows = kTokenRows && opt_.query_factors && plan.at == start + 1 && query_bias_factorable(sop, param) &&
+                          (sop.context > 0 ? sop.context : m_.tokens) < sop.in / sop.heads;
+  if (query_rows) out.tail_at = -1;  // (set where a row's tail is attached)
   auto rows_of = [&](const Trace& tr, int k) {
     if (!kTokenRows || plan.at < 0) return std::optional<TokenRows>();
     std::optional<TokenRows> t(take_rows(tr, plan.at, cut, plan_idx));
     if (tail_p >= 0 && (!query_rows || tail_made(k, *t, tail_p, cut))) {
+      out.tail_at = tail_p;
       tail = tail_rows(k, tr, *t, tail_p, cut, &out.flops);
       t->tail_at = tail_p;
       t->tail = &tail;
@@ -1233,54 +1238,52 @@ Structure StructureSolver::solve(int param, const std::function<bool()>& cancell
     bool all_broadcast = true;
     rows = Eigen::Index(N) * w;
 #ifndef BIASLAB_LEAN_ENGINE
-    // A query bias with token rows that start right after its attention: at each row, head h's
-    // d directions move the output through the Tk columns of L_h alone (query_bias_factors), so
-    // those columns go through the per-token ops (or the row's shared tail) instead of the d
-    // unit directions, and the d tangents are K_h^T times theirs.
-    if (sub && sub->at == start + 1) {
+    // A query bias's token rows (query_rows): at each row, head h's d directions move the output
+    // through the Tk columns of L_h alone (query_bias_factors), so those columns go through the
+    // per-token ops (or the row's shared tail) instead of the d unit directions, a chunk at a
+    // time, and the d tangents are K_h^T times theirs.
+    if (query_rows && sub) {
       const Op& ao = m_.ops[static_cast<size_t>(start)];
-      const int k = N, H = ao.heads, d = ao.in / std::max(1, ao.heads);
-      std::vector<std::vector<QueryFactors>> f;
-      for (int j = 0; j < k && ao.kind == OpKind::attention; ++j) {
-        auto fj = query_bias_factors(m_, ao, tr.attention[static_cast<size_t>(start)], param, sub->rows[static_cast<size_t>(j)]);
-        if (!fj) break;
-        f.push_back(std::move(*fj));
-      }
-      if (ao.kind == OpKind::attention && static_cast<int>(f.size()) == k) {
-        const bool tail = sub->tail && sub->tail_at >= sub->at;
-        const int to = tail ? sub->tail_at : cut;
-        Mat D(Eigen::Index(n) * k, w);
-        for (int j = 0; j < k; ++j) {
+      const int H = ao.heads, d = ao.in / H;
+      const bool tail = sub->tail && sub->tail_at >= sub->at;
+      const int to = tail ? sub->tail_at : cut;
+      const int w_to = to < static_cast<int>(m_.ops.size()) ? m_.ops[static_cast<size_t>(to)].in : m_.out_features;
+      for (int j = 0; j < N; ++j) {
+        const Eigen::Index row = sub->rows[static_cast<size_t>(j)];
+        const std::vector<QueryFactors> f = *query_bias_factors(m_, ao, tr.attention[static_cast<size_t>(start)], param, row);
+        const Eigen::Index Tk = f[0].L.cols(), count = Eigen::Index(H) * Tk;
+        const TokenRows one = take_rows(tr, sub->at, to, {row});
+        const int step = chunk_directions(m_, sub->at, to, ao.in, 1, static_cast<int>(count), opt_.chunk_elements);
+        Mat y(count, w_to);
+        for (Eigen::Index c0 = 0; c0 < count; c0 += step) {
           if (cancelled && cancelled()) {
             *stopped = true;
             return;
           }
-          const Eigen::Index Tk = f[static_cast<size_t>(j)][0].L.cols();
-          Mat init = Mat::Zero(Eigen::Index(H) * Tk, ao.in);
-          for (int h = 0; h < H; ++h)
-            init.block(Eigen::Index(h) * Tk, Eigen::Index(h) * d, Tk, d) = f[static_cast<size_t>(j)][static_cast<size_t>(h)].L.transpose();
-          Mat y = to > sub->at ? jvp_rows(m_, tr, take_rows(tr, sub->at, to, {sub->rows[static_cast<size_t>(j)]}), sub->at, to, init,
-                                          static_cast<int>(init.rows()))
-                               : init;
-          if (tail) y = y * (*sub->tail)[static_cast<size_t>(j)].transpose();
-          for (int h = 0; h < H; ++h) {
-            const Mat Jh = f[static_cast<size_t>(j)][static_cast<size_t>(h)].K.transpose() * y.middleRows(Eigen::Index(h) * Tk, Tk);
-            for (int e = 0; e < d; ++e) D.row(Eigen::Index(h * d + e) * k + j) = Jh.row(e);
+          const Eigen::Index c = std::min<Eigen::Index>(step, count - c0);
+          Mat init = Mat::Zero(c, ao.in);  // column t of L_h in head h's block, for h * Tk + t in the chunk
+          for (Eigen::Index r = 0; r < c; ++r) {
+            const Eigen::Index h = (c0 + r) / Tk, t = (c0 + r) % Tk;
+            init.row(r).segment(h * d, d) = f[static_cast<size_t>(h)].L.col(t).transpose();
+          }
+          y.middleRows(c0, c) = to > sub->at ? jvp_rows(m_, tr, one, sub->at, to, init, static_cast<int>(c)) : init;
+        }
+        if (tail) y = y * (*sub->tail)[static_cast<size_t>(j)].transpose();
+        for (int h = 0; h < H; ++h) {
+          const Mat Jh = f[static_cast<size_t>(h)].K.transpose() * y.middleRows(Eigen::Index(h) * Tk, Tk);  // (d, w)
+          for (int e = 0; e < d; ++e) {
+            SparseCol& sc = cols[static_cast<size_t>(h * d + e)];  // rows j * w + ...: ascending, as j is
+            for (Eigen::Index col = 0; col < w; ++col)
+              if (Jh(e, col) != 0.0) {
+                sc.rows.push_back(static_cast<int>(Eigen::Index(j) * w + col));
+                sc.vals.push_back(Jh(e, col));
+              }
           }
         }
-        for (int a = 0; a < n; ++a) {
-          const double* v = D.data() + Eigen::Index(a) * rows;
-          SparseCol& sc = cols[static_cast<size_t>(a)];
-          for (Eigen::Index r = 0; r < rows; ++r)
-            if (v[r] != 0.0) {
-              sc.rows.push_back(static_cast<int>(r));
-              sc.vals.push_back(v[r]);
-            }
-        }
-        out.flops += jvp_cost;
-        *all_bc = false;
-        return;
       }
+      out.flops += jvp_cost;  // (the unit directions' work: more than this path's, which takes it only then)
+      *all_bc = false;
+      return;
     }
 #endif
     for (int a0 = 0; a0 < n; a0 += chunk) {

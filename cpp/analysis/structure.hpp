@@ -137,6 +137,10 @@ struct StructureOptions {
   // Token rows of several biases that reach the same op take the per-token ops after it as one
   // matrix per row, made once per input (StructureSolver::tail_point). Off: op by op, always.
   bool shared_tails = true;
+  // A query bias's token rows that start right after its attention (no RoPE, no qk_norm; fewer
+  // keys than the head's width) take the Tk columns of each head's L through the per-token ops
+  // instead of the d unit directions (query_bias_factors). Off: the unit directions, always.
+  bool query_factors = true;
   // A wide cluster (512 columns on) that its Gram matrix does not certify of full rank is split
   // by that Gram matrix's pivoted Cholesky factorisation, each half certified (gram_split in structure.cpp),
   // instead of a QR and an SVD. Off: always the QR and the SVD.

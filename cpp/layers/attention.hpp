@@ -55,8 +55,9 @@ bool attention_bias_blocks(const Model& m, const Op& op, const AttentionCache& c
 
 // A query bias's Jacobian at one query row of the attention's output, head by head: a move dq of
 // head h's query moves its output by L K dq, where L = (V^T diag(p) - V^T p p^T) / sqrt(d) (d x
-// Tk) and K the keys (Tk x d), p the row's weights on its head's keys (a softmax ignores the part
-// of K dq that is the same for every key: rank at most Tk - 1). Without RoPE or qk_norm, for the
+// Tk) and K the keys (Tk x d), p the row's weights on its head's keys (without sinks a softmax
+// ignores the part of K dq that is the same for every key: rank at most Tk - 1; with them, at
+// most Tk). Without RoPE or qk_norm, for the
 // query bias `param` of op `op` (else nothing); `row` indexes the N query rows.
 struct QueryFactors {
   Mat L, K;
