@@ -244,6 +244,15 @@ struct SparseCol {
   std::vector<double> vals;
 };
 
+// Appends the entries of v[0, len) that are not exactly zero, as rows first + r, times `scale`.
+void push_nonzeros(SparseCol& sc, const double* v, Eigen::Index len, Eigen::Index first, double scale = 1.0) {
+  for (Eigen::Index r = 0; r < len; ++r)
+    if (v[r] != 0.0) {
+      sc.rows.push_back(static_cast<int>(first + r));
+      sc.vals.push_back(v[r] * scale);
+    }
+}
+
 struct Cluster {
   std::vector<int> cols;  // bias coordinates, ascending
   ColMat R;               // rows whose Gram matrix is the stacked J^T J on these columns
@@ -1271,14 +1280,8 @@ Structure StructureSolver::solve(int param, const std::function<bool()>& cancell
         if (tail) y = y * (*sub->tail)[static_cast<size_t>(j)].transpose();
         for (int h = 0; h < H; ++h) {
           const Mat Jh = f[static_cast<size_t>(h)].K.transpose() * y.middleRows(Eigen::Index(h) * Tk, Tk);  // (d, w)
-          for (int e = 0; e < d; ++e) {
-            SparseCol& sc = cols[static_cast<size_t>(h * d + e)];  // rows j * w + ...: ascending, as j is
-            for (Eigen::Index col = 0; col < w; ++col)
-              if (Jh(e, col) != 0.0) {
-                sc.rows.push_back(static_cast<int>(Eigen::Index(j) * w + col));
-                sc.vals.push_back(Jh(e, col));
-              }
-          }
+          for (int e = 0; e < d; ++e)  // rows j * w + ...: ascending, as j is
+            push_nonzeros(cols[static_cast<size_t>(h * d + e)], Jh.data() + Eigen::Index(e) * w, w, Eigen::Index(j) * w);
         }
       }
       out.flops += jvp_cost;  // (the unit directions' work: more than this path's, which takes it only then)
@@ -1307,8 +1310,7 @@ Structure StructureSolver::solve(int param, const std::function<bool()>& cancell
         if (took) {
           const int T = N / m_.batch;
           for (int a = 0; a < c; ++a) {
-            auto& bl = blocks[static_cast<size_t>(a)];
-            std::sort(bl.begin(), bl.end(), [](const auto& x, const auto& y) { return x.first < y.first; });
+            const auto& bl = blocks[static_cast<size_t>(a)];  // (in order of sample, then head)
             SparseCol& sc = cols[static_cast<size_t>(a0 + a)];
             for (size_t k = 0; k < bl.size();) {  // the blocks of sample b, row by row (ascending rows)
               size_t e = k;
@@ -1317,12 +1319,8 @@ Structure StructureSolver::solve(int param, const std::function<bool()>& cancell
               for (int i = 0; i < T; ++i)
                 for (size_t q = k; q < e; ++q) {
                   const Mat& blk = bl[q].second;
-                  const Eigen::Index row0 = (Eigen::Index(b) * T + i) * w + Eigen::Index(bl[q].first[1]) * blk.cols();
-                  for (Eigen::Index j = 0; j < blk.cols(); ++j)
-                    if (blk(i, j) != 0.0) {
-                      sc.rows.push_back(static_cast<int>(row0 + j));
-                      sc.vals.push_back(blk(i, j));
-                    }
+                  push_nonzeros(sc, blk.data() + Eigen::Index(i) * blk.cols(), blk.cols(),
+                                (Eigen::Index(b) * T + i) * w + Eigen::Index(bl[q].first[1]) * blk.cols());
                 }
               k = e;
             }
@@ -1342,11 +1340,7 @@ Structure StructureSolver::solve(int param, const std::function<bool()>& cancell
         SparseCol& sc = cols[a0 + a];
         sc.rows.reserve(static_cast<size_t>(len));
         sc.vals.reserve(static_cast<size_t>(len));
-        for (Eigen::Index r = 0; r < len; ++r)
-          if (v[r] != 0.0) {
-            sc.rows.push_back(static_cast<int>(r));
-            sc.vals.push_back(v[r] * sc_factor);
-          }
+        push_nonzeros(sc, v, len, 0, sc_factor);
       }
     }
     // (Whether a tangent stays broadcast depends on the ops on the way, not on the direction:

@@ -47,9 +47,9 @@ Mat attention_jvp(const Model& m, const Op& op, const Mat& x, const AttentionCac
 
 // attention_jvp for n broadcast directions of a q, k or v bias alone (no input tangent), without
 // RoPE or qk_norm, block by block: emit(a, b, h, block) for each direction a, sample b and query
-// head h whose (T, d) block of the output is not exactly zero, with attention_jvp's values there
-// (every other entry is exactly zero). No (n * N, F) matrix is made: a direction reaches one head
-// (a query bias) or a group's. Returns false, emitting nothing, where it does not apply.
+// head h whose (T, d) block of the output is not exactly zero (in order of b, then h), with
+// attention_jvp's values there (every other entry is exactly zero). No (n * N, F) matrix is made:
+// a direction reaches one head (a query bias) or a group's. Returns false, emitting nothing, where it does not apply.
 bool attention_bias_blocks(const Model& m, const Op& op, const AttentionCache& c, const Seed& seed, int n,
                            const std::function<void(int a, int b, int h, const Mat& block)>& emit);
 
