@@ -541,3 +541,18 @@ TEST_CASE("sweep: points run side by side give the numbers of one thread") {
   CHECK(compared >= 16);
 #endif
 }
+
+TEST_CASE("report: the timing laps add up to the total, the setup before the analyses included") {
+  // 512 wide: drawing the weights, the work check's factorisation of the trailing Linear and the
+  // base forwards take a measurable share of the whole, which "setup" must hold.
+  const json r = report_of(net(1, 8, 512, R"({"type": "linear"}, {"type": "layernorm"}, {"type": "linear"})"), true,
+                           true, true);
+  const json& t = r.at("timing_ms");
+  double laps = 0;
+  for (const char* lap : {"setup", "biases", "invariances", "sweep", "folds"}) laps += t.at(lap).get<double>();
+  const double total = t.at("total").get<double>(), setup = t.at("setup").get<double>();
+  INFO("setup " << setup << " ms; laps " << laps << " ms of " << total << " ms");
+  CHECK(setup > 0.0);
+  CHECK(laps <= total);
+  CHECK(total - laps <= 0.02 * total);  // (what follows the last lap: the per-bias figures)
+}

@@ -128,8 +128,10 @@ BIASLAB_COLD json analyze(const ExperimentConfig& cfg, const AnalyzeOptions& opt
     for (size_t i = 0; i < c.model.params.size(); ++i)
       if (is_bias_like(c.model.params[i].role)) c.bias_params.push_back(static_cast<int>(i));
 
+    // "setup": everything before the analyses (building the weights, the work and memory checks,
+    // the input and its base forwards), so that the laps add up to "total".
     json timing = json::object();
-    double mark = ms();
+    double mark = 0;
     auto lap = [&](const char* what) {
       const double now = ms();
       timing[what] = now - mark;
