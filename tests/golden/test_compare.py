@@ -1,0 +1,73 @@
+#!/usr/bin/env python3
+"""The golden comparison's reading of rounding (golden.equate_noise): what two builds may differ in,
+and what they may not. Standard library only (numpy, where installed, only speeds up a span)."""
+import copy
+import os
+import sys
+import unittest
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import golden  # noqa: E402
+
+
+def report():
+    return {
+        "noise": {"output_rounding": 2.0e-7},
+        "biases": [{"param": "b", "verdict": "redundant", "max_abs_delta": 1.0e-6, "mean_abs_delta": 2.0e-7,
+                    "rel_delta": 3.0e-7, "noise_floor": 4.0e-6,
+                    "structure": {"null_sigma_max": 3.0e-17, "kept_sigma_min": 0.5836,
+                                  "rank_history": [3, 3]},
+                    "null_basis": [[1.0, 0.0, 0.0], [0.0, 1.0, 0.0]]}],
+        "sweep": {"series": [{"param": "b", "delta": [1.0e-7, 0.2, 5.0],
+                              "noise_floor": [4.0e-6, 4.1e-6, 9.0e-6]}]},
+    }
+
+
+def differs(change):
+    a, b = report(), report()
+    change(b)
+    golden.equate_noise(a, b)
+    return golden.first_difference(a, b)
+
+
+class EquateNoise(unittest.TestCase):
+    def test_what_two_builds_may_differ_in(self):
+        def builds(b):
+            b["noise"]["output_rounding"] = 5.0e-7                    # rounding, 2.5x
+            row = b["biases"][0]
+            row["max_abs_delta"], row["mean_abs_delta"], row["rel_delta"] = 3.0e-6, 9.0e-7, 8.0e-7  # under the floor
+            row["noise_floor"] = 1.1e-5
+            row["structure"]["null_sigma_max"] = 4.0e-16              # both far below the tolerance
+            row["structure"]["kept_sigma_min"] = 0.5837               # a bound's slack
+            s = 0.5 ** 0.5
+            row["null_basis"] = [[s, s, 0.0], [s, -s, 0.0]]           # the same plane
+            b["sweep"]["series"][0]["delta"] = [6.0e-8, 0.2 + 3.0e-6, 5.0]  # within each point's floor
+        self.assertIsNone(differs(builds))
+
+    def test_what_they_may_not(self):
+        cases = {
+            "a verdict": lambda b: b["biases"][0].update(verdict="effective"),
+            "a rank": lambda b: b["biases"][0]["structure"].update(rank_history=[3, 2]),
+            "a change beyond the floor": lambda b: b["biases"][0].update(max_abs_delta=1.0e-5),
+            "a floor 20 times larger": lambda b: b["biases"][0].update(noise_floor=8.0e-5),
+            "a null singular value near the tolerance": lambda b: b["biases"][0]["structure"].update(null_sigma_max=1e-9),
+            "a kept singular value": lambda b: b["biases"][0]["structure"].update(kept_sigma_min=0.59),
+            "another null space": lambda b: b["biases"][0].update(null_basis=[[1.0, 0.0, 0.0], [0.0, 0.0, 1.0]]),
+            "a sweep point beyond its floor": lambda b: b["sweep"]["series"][0]["delta"].__setitem__(1, 0.2 + 1e-4),
+            "a sweep floor no longer measured near the base": lambda b: b["sweep"]["series"][0]["noise_floor"].__setitem__(1, None),
+        }
+        for what, change in cases.items():
+            with self.subTest(what):
+                self.assertIsNotNone(differs(change), what)
+
+    def test_the_stored_report_is_left_alone(self):
+        a, b = report(), report()
+        b["biases"][0]["max_abs_delta"] = 3.0e-6
+        kept = copy.deepcopy(a)
+        golden.equate_noise(a, b)
+        self.assertEqual(a, kept)
+        self.assertEqual(b["biases"][0]["max_abs_delta"], 1.0e-6)
+
+
+if __name__ == "__main__":
+    unittest.main()
