@@ -16,8 +16,10 @@
 //          with raw and brotli for comparison
 //
 // Needs web/dist (npm run build), /usr/bin/chromium (or CHROMIUM_PATH) and, for the native
-// figure, a native build: cmake -S . -B build -DCMAKE_BUILD_TYPE=Release &&
-// cmake --build build -j2 --target biaslab_bench
+// figure, a native build. The ratio compares the same SIMD width (wasm's 128 bits) when that
+// build is for the x86-64 baseline (SSE2), not for this CPU as the default build is:
+// cmake -S . -B build-baseline -DBIASLAB_NATIVE_ARCH=OFF && cmake --build build-baseline -j2
+// --target biaslab_bench, then --native ../build-baseline/biaslab_bench.
 import { createServer } from 'node:http';
 import { readFile, stat } from 'node:fs/promises';
 import { existsSync, readdirSync, readFileSync } from 'node:fs';
