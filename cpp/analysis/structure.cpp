@@ -264,6 +264,9 @@ struct Cluster {
   // it, valid for the rank decision that made them (null_space takes them as they are).
   ColMat split_v;
   ColMat split_f;
+  // R's right singular vectors, where the rank decision took its singular values from an SVD of
+  // a cluster of at most kSvdKeepV columns (null_space then takes them instead of a second SVD).
+  ColMat svd_v;
   // For confirming inputs: an orthonormal basis V of the null space at the last rank decision,
   // a factor F with F^T F = V^T R^T R V (diagonal: R's singular values along V, from an SVD), and
   // the rows that confirming inputs added along it (J V, compressed), which the next full
@@ -301,6 +304,13 @@ bool null_space(const Cluster& cl, double tau, ColMat& v, ColMat& f) {
     f = s.asDiagonal();
     return false;
   }
+  if (cl.svd_v.cols() == c) {  // the rank decision's SVD, of this R
+    v = cl.svd_v.rightCols(d);
+    for (Eigen::Index i = 0; i < d; ++i)
+      if (kept + i < cl.sv.size()) s(i) = cl.sv(kept + i);
+    f = s.asDiagonal();
+    return false;
+  }
   Eigen::BDCSVD<ColMat> svd(cl.R, Eigen::ComputeFullV);
   v = svd.matrixV().rightCols(d);
   const Vec& all = svd.singularValues();
@@ -310,17 +320,29 @@ bool null_space(const Cluster& cl, double tau, ColMat& v, ColMat& f) {
   return true;
 }
 
-Vec singular_values(const ColMat& R) {
+// Singular values of R, largest first; with `v`, its right singular vectors too (an SVD costs
+// little more with them than without).
+Vec singular_values(const ColMat& R, ColMat* v = nullptr) {
   if (R.rows() == 0 || R.cols() == 0) return Vec();
-  if (R.cols() == 1) return Vec::Constant(1, R.col(0).norm());
-  if (R.rows() > 2 * R.cols()) {  // tall: the same singular values from its triangular factor
+  if (R.cols() == 1) {
+    if (v) *v = ColMat::Ones(1, 1);
+    return Vec::Constant(1, R.col(0).norm());
+  }
+  const unsigned want = v ? Eigen::ComputeFullV : 0;
+  if (R.rows() > 2 * R.cols()) {  // tall: the same singular values (and vectors) from its triangular factor
     Eigen::HouseholderQR<ColMat> qr(R);
     const ColMat T = qr.matrixQR().topRows(R.cols()).triangularView<Eigen::Upper>();
-    return Eigen::BDCSVD<ColMat>(T).singularValues();
+    Eigen::BDCSVD<ColMat> svd(T, want);
+    if (v) *v = svd.matrixV();
+    return svd.singularValues();
   }
-  Eigen::BDCSVD<ColMat> svd(R);
+  Eigen::BDCSVD<ColMat> svd(R, want);
+  if (v) *v = svd.matrixV();
   return svd.singularValues();
 }
+
+// Clusters up to this many columns keep the rank decision's right singular vectors (c^2 numbers).
+constexpr Eigen::Index kSvdKeepV = 512;
 
 // From this many columns on, full rank is certified by a Cholesky factorisation instead of the
 // Gram matrix's eigenvalues (gram_singular_values).
@@ -1171,6 +1193,7 @@ Structure StructureSolver::solve(int param, const std::function<bool()>& cancell
     }
     int r = 0;
     for (auto& [root, cl] : clusters) {
+      cl.svd_v.resize(0, 0);
       if (!all_full) {
         const Eigen::Index c = cl.R.cols();
         bool done = false;
@@ -1212,7 +1235,7 @@ Structure StructureSolver::solve(int param, const std::function<bool()>& cancell
           compress(cl.R, &out.flops);
           cl.full = false;
           cl.sv_bound = false;
-          cl.sv = singular_values(cl.R);
+          cl.sv = singular_values(cl.R, c <= kSvdKeepV ? &cl.svd_v : nullptr);
           out.flops += 12.0 * std::pow(double(c), 3);
         }
       }
