@@ -27,6 +27,7 @@ largest rounding error, which moves by a factor of 2 to 3 between builds).
 Exit status: 0 all equal, 1 differences (each printed with its first differing field), 2 usage.
 """
 import argparse
+import copy
 import gzip
 import json
 import os
@@ -45,7 +46,8 @@ ROUNDING_FIELDS = {"null_sigma_max", "noise_floor", "output_rounding", "noise_fl
 ROUNDING_FACTOR = 2.0
 # Between builds (equate_noise): a measured floor or rounding moves by up to this factor; a null
 # singular value (relative) below NULL_SIGMA_NOISE is rounding (the rank's tolerance is 1e-8); and a
-# Cholesky certificate's kept singular value, a bound whose slack is rounding, moves by KEPT_RTOL.
+# kept singular value moves by KEPT_RTOL (taken from a Gram matrix's eigenvalues or a Cholesky
+# certificate, it carries that matrix's rounding: 1.6e-4 relative seen between two builds).
 BUILD_FACTOR = 10.0
 NULL_SIGMA_NOISE = 1e-12
 KEPT_RTOL = 1e-3
@@ -64,22 +66,19 @@ def _near(a, b, factor):
 
 
 def _same_span(a, b, tol=1e-6):
-    """Two lists of k orthonormal vectors of length n that span the same space: every vector of
-    one is its own projection on the other's span, to `tol`. (NumPy where it is installed; without
-    it, only up to k^2 n = 2e7.)"""
+    """Two lists of k orthonormal vectors of length n that span the same space: `b`'s vectors are
+    orthonormal and each is its own projection on `a`'s span, to `tol`. (The reports carry a basis
+    only where it has a few vectors.)"""
     k = len(a)
-    if k != len(b) or any(len(u) != len(a[0]) for u in a + b):
+    if k != len(b) or not all(isinstance(u, list) and len(u) == len(a[0]) and all(map(_num, u)) for u in a + b):
         return False
     n = len(a[0])
-    if k == n:
-        return True  # both span everything
-    try:
-        import numpy as np
-        A, B = np.array(a), np.array(b)
-        return bool(np.abs(B - (B @ A.T) @ A).max() <= tol)
-    except ImportError:
-        if k * k * n > 2e7:
-            return False
+    if k * k * n > 2e7:
+        return False
+    for i in range(k):
+        for j in range(k):
+            if abs(sum(x * y for x, y in zip(b[i], b[j])) - (i == j)) > tol:
+                return False
     for v in b:
         c = [sum(x * y for x, y in zip(u, v)) for u in a]
         if any(abs(v[i] - sum(c[j] * a[j][i] for j in range(k))) > tol for i in range(n)):
@@ -113,10 +112,22 @@ def equate_noise(a, b, rounding=None):
         if _near(ra, rb, BUILD_FACTOR):
             noise[1]["output_rounding"] = ra
     fa, fb = a.get("noise_floor"), b.get("noise_floor")
-    if _num(fa) and _num(fb) and all(_num(a.get(k)) and _num(b.get(k)) for k in DELTAS):
-        if abs(a["max_abs_delta"] - b["max_abs_delta"]) <= max(fa, fb):
-            for k in DELTAS:
-                b[k] = a[k]
+    if _num(fa) and _num(fb):
+        floor = max(fa, fb)
+        # Each entry of a change moves by at most the floor: so do its max and its mean, and its
+        # 2-norm by at most the floor times sqrt(n), which relative to that norm (at least sqrt(n)
+        # times the mean) is at most floor / mean. A change under its floor on both sides is
+        # rounding in every figure.
+        m = [a.get(k) for k in DELTAS], [b.get(k) for k in DELTAS]
+        if all(map(_num, m[0] + m[1])):
+            (xa, ma, ra), (xb, mb, rb) = m
+            noise = xa <= fa and xb <= fb
+            if noise or abs(xa - xb) <= floor:
+                b["max_abs_delta"] = xa
+            if noise or abs(ma - mb) <= floor:
+                b["mean_abs_delta"] = ma
+            if noise or (min(ma, mb) > 0 and abs(ra - rb) <= 2.0 * max(ra, rb) * floor / min(ma, mb)):
+                b["rel_delta"] = ra
         if _near(fa, fb, BUILD_FACTOR):
             b["noise_floor"] = fa
     for delta, floor in (("delta", "noise_floor"), ("delta_redundant", "noise_floor_redundant")):
@@ -130,18 +141,23 @@ def equate_noise(a, b, rounding=None):
                 if _near(la[i], lb[i], BUILD_FACTOR):
                     lb[i] = la[i]
             elif (la[i] is None) != (lb[i] is None) and rounding is not None and _num(da[i]) and _num(db[i]):
-                if min(da[i], db[i]) >= SWEEP_FAR * rounding / BUILD_FACTOR:
+                # Near the change past which the engine measures no floor, on both sides, and the
+                # two changes within the one floor measured of each other.
+                far = SWEEP_FAR * rounding
+                measured = la[i] if la[i] is not None else lb[i]
+                if far / BUILD_FACTOR <= min(da[i], db[i]) and max(da[i], db[i]) <= far * BUILD_FACTOR \
+                        and abs(da[i] - db[i]) <= measured:
                     lb[i] = la[i]
                     db[i] = da[i]
     sa, sb = a.get("null_sigma_max"), b.get("null_sigma_max")
-    if _num(sa) and _num(sb) and (max(sa, sb) <= NULL_SIGMA_NOISE or _near(sa, sb, BUILD_FACTOR)):
+    if _num(sa) and _num(sb) and max(sa, sb) <= NULL_SIGMA_NOISE:
         b["null_sigma_max"] = sa
     ka, kb = a.get("kept_sigma_min"), b.get("kept_sigma_min")
     if _num(ka) and _num(kb) and abs(ka - kb) <= KEPT_RTOL * max(abs(ka), abs(kb)):
         b["kept_sigma_min"] = ka
     na, nb = a.get("null_basis"), b.get("null_basis")
     if isinstance(na, list) and isinstance(nb, list) and na and na != nb and _same_span(na, nb):
-        b["null_basis"] = na
+        b["null_basis"] = copy.deepcopy(na)
     for key in a:
         if key in b:
             equate_noise(a[key], b[key], rounding)

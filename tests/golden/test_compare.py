@@ -55,10 +55,52 @@ class EquateNoise(unittest.TestCase):
             "another null space": lambda b: b["biases"][0].update(null_basis=[[1.0, 0.0, 0.0], [0.0, 0.0, 1.0]]),
             "a sweep point beyond its floor": lambda b: b["sweep"]["series"][0]["delta"].__setitem__(1, 0.2 + 1e-4),
             "a sweep floor no longer measured near the base": lambda b: b["sweep"]["series"][0]["noise_floor"].__setitem__(1, None),
+            "a null basis collapsed to one vector": lambda b: b["biases"][0].update(null_basis=[[1.0, 0.0, 0.0], [1.0, 0.0, 0.0]]),
+            "a null basis with a zero vector": lambda b: b["biases"][0].update(null_basis=[[1.0, 0.0, 0.0], [0.0, 0.0, 0.0]]),
+            "a null basis with a null entry": lambda b: b["biases"][0].update(null_basis=[[1.0, 0.0, None], [0.0, 1.0, 0.0]]),
         }
         for what, change in cases.items():
             with self.subTest(what):
                 self.assertIsNotNone(differs(change), what)
+
+    def test_a_change_above_its_floor_is_held_in_each_of_its_figures(self):
+        def base(r):
+            r["biases"][0].update(max_abs_delta=0.4478, mean_abs_delta=0.155, rel_delta=0.32, noise_floor=1.7e-14)
+        a, b = report(), report()
+        base(a), base(b)
+        b["biases"][0].update(mean_abs_delta=0.30, rel_delta=0.9)  # max the same: the rest is not
+        golden.equate_noise(a, b)
+        self.assertIsNotNone(golden.first_difference(a, b))
+        a, b = report(), report()
+        base(a), base(b)
+        b["biases"][0].update(max_abs_delta=0.4478 + 1e-14, mean_abs_delta=0.155 + 1e-14, rel_delta=0.32 * (1 + 1e-13))
+        golden.equate_noise(a, b)
+        self.assertIsNone(golden.first_difference(a, b))
+
+    def test_a_sweep_floor_measured_on_one_side_only(self):
+        # rounding 2e-7: the engine measures no floor past far = 1.6e7 x 2e-7 = 3.2
+        def point(r, delta, floor):
+            r["sweep"]["series"][0]["delta"][2] = delta
+            r["sweep"]["series"][0]["noise_floor"][2] = floor
+        a, b = report(), report()
+        point(a, 3.3, None), point(b, 3.1, 9.0e-6)
+        golden.equate_noise(a, b)
+        self.assertIsNotNone(golden.first_difference(a, b), "3.3 against 3.1 is no rounding")
+        a, b = report(), report()
+        point(a, 3.3, None), point(b, 3.3 + 2e-6, 9.0e-6)
+        golden.equate_noise(a, b)
+        self.assertIsNone(golden.first_difference(a, b))
+        a, b = report(), report()
+        point(a, 1e3, None), point(b, 1e3, 9.0e-6)  # far past the threshold: one side cannot have measured it
+        golden.equate_noise(a, b)
+        self.assertIsNotNone(golden.first_difference(a, b))
+
+    def test_a_null_singular_value_near_the_tolerance_is_not_rounding(self):
+        a, b = report(), report()
+        a["biases"][0]["structure"]["null_sigma_max"] = 1e-9
+        b["biases"][0]["structure"]["null_sigma_max"] = 9e-9
+        golden.equate_noise(a, b)
+        self.assertIsNotNone(golden.first_difference(a, b))
 
     def test_the_stored_report_is_left_alone(self):
         a, b = report(), report()
