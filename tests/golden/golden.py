@@ -90,8 +90,10 @@ def equate_noise(a, b, rounding=None):
     """Makes `b` (a new report, in place) take `a`'s value wherever the two differ only as two
     builds' rounding does, read as the engine reads it:
     - a measured change (a bias row's, a fold's, the smallest model's, an invariance probe's, the
-      sweep's at each point) with its floor: two changes within the larger floor of each other
-      are the same measurement (max, mean and relative change together);
+      sweep's at each point) with its floor: two changes whose entries may differ by the larger
+      floor are the same measurement, each figure held to what that allows (its max and mean to
+      the floor, its relative change to floor / mean), and every figure of a change under its
+      floor on both sides is rounding;
     - a floor or the output's rounding: within BUILD_FACTOR; a sweep point's floor measured in one
       and not the other where the change is near the point past which none is measured;
     - a null singular value below NULL_SIGMA_NOISE in both; a kept one within KEPT_RTOL;
@@ -105,33 +107,31 @@ def equate_noise(a, b, rounding=None):
         return
     if not (isinstance(a, dict) and isinstance(b, dict)):
         return
-    noise = a.get("noise"), b.get("noise")
-    if all(isinstance(x, dict) and _num(x.get("output_rounding")) for x in noise):
-        ra, rb = noise[0]["output_rounding"], noise[1]["output_rounding"]
-        rounding = max(ra, rb)
-        if _near(ra, rb, BUILD_FACTOR):
-            noise[1]["output_rounding"] = ra
+    na, nb = a.get("noise"), b.get("noise")
+    if all(isinstance(x, dict) and _num(x.get("output_rounding")) for x in (na, nb)):
+        rounding = max(na["output_rounding"], nb["output_rounding"])
+        if _near(na["output_rounding"], nb["output_rounding"], BUILD_FACTOR):
+            nb["output_rounding"] = na["output_rounding"]
     fa, fb = a.get("noise_floor"), b.get("noise_floor")
     if _num(fa) and _num(fb):
         floor = max(fa, fb)
         # Each entry of a change moves by at most the floor: so do its max and its mean, and its
         # 2-norm by at most the floor times sqrt(n), which relative to that norm (at least sqrt(n)
-        # times the mean) is at most floor / mean. A change under its floor on both sides is
-        # rounding in every figure.
+        # times the mean) is at most floor / mean.
         m = [a.get(k) for k in DELTAS], [b.get(k) for k in DELTAS]
         if all(map(_num, m[0] + m[1])):
-            (xa, ma, ra), (xb, mb, rb) = m
-            noise = xa <= fa and xb <= fb
-            if noise or abs(xa - xb) <= floor:
+            (xa, ma, rel_a), (xb, mb, rel_b) = m
+            rounding_only = xa <= fa and xb <= fb
+            if rounding_only or abs(xa - xb) <= floor:
                 b["max_abs_delta"] = xa
-            if noise or abs(ma - mb) <= floor:
+            if rounding_only or abs(ma - mb) <= floor:
                 b["mean_abs_delta"] = ma
-            if noise or (min(ma, mb) > 0 and abs(ra - rb) <= 2.0 * max(ra, rb) * floor / min(ma, mb)):
-                b["rel_delta"] = ra
+            if rounding_only or (min(ma, mb) > 0 and abs(rel_a - rel_b) <= 2.0 * max(rel_a, rel_b) * floor / min(ma, mb)):
+                b["rel_delta"] = rel_a
         if _near(fa, fb, BUILD_FACTOR):
             b["noise_floor"] = fa
-    for delta, floor in (("delta", "noise_floor"), ("delta_redundant", "noise_floor_redundant")):
-        da, db, la, lb = a.get(delta), b.get(delta), a.get(floor), b.get(floor)
+    for delta_key, floor_key in (("delta", "noise_floor"), ("delta_redundant", "noise_floor_redundant")):
+        da, db, la, lb = a.get(delta_key), b.get(delta_key), a.get(floor_key), b.get(floor_key)
         if not all(isinstance(x, list) for x in (da, db, la, lb)) or len({len(da), len(db), len(la), len(lb)}) != 1:
             continue
         for i in range(len(da)):
@@ -155,9 +155,9 @@ def equate_noise(a, b, rounding=None):
     ka, kb = a.get("kept_sigma_min"), b.get("kept_sigma_min")
     if _num(ka) and _num(kb) and abs(ka - kb) <= KEPT_RTOL * max(abs(ka), abs(kb)):
         b["kept_sigma_min"] = ka
-    na, nb = a.get("null_basis"), b.get("null_basis")
-    if isinstance(na, list) and isinstance(nb, list) and na and na != nb and _same_span(na, nb):
-        b["null_basis"] = copy.deepcopy(na)
+    ba, bb = a.get("null_basis"), b.get("null_basis")
+    if isinstance(ba, list) and isinstance(bb, list) and ba and ba != bb and _same_span(ba, bb):
+        b["null_basis"] = copy.deepcopy(ba)
     for key in a:
         if key in b:
             equate_noise(a[key], b[key], rounding)
