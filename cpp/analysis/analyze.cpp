@@ -106,7 +106,8 @@ BIASLAB_COLD json analyze(const ExperimentConfig& cfg, const AnalyzeOptions& opt
     if (!hand_on) {
       c.net = build_network(cfg);
       sync_network(c.net);
-      c.model = compile(c.net);
+      c.model = compile(c.net, false);  // the network lends it its values until the folds
+      lend_values(c.model);
       c.pool = std::make_unique<TracePool>(c.model, cfg);  // (draws nothing until asked)
       c.solver = std::make_unique<StructureSolver>(c.model, *c.pool, c.opt.structure);
       bool wants_rows = false;
@@ -151,6 +152,7 @@ BIASLAB_COLD json analyze(const ExperimentConfig& cfg, const AnalyzeOptions& opt
     for (const ModelParam& p : c.model.params)
       if (is_bias_like(p.role)) c.structural_estimate += structural_flops(c.model, p, c.solver->injective_cut(p.op));
     c.forward_work = forward_flops(c.model);
+    return_values(c.model);
     release_for_folds(c);
     if (opt.folds) {
       r.folds = analyse_folds(c);

@@ -36,10 +36,10 @@ BIASLAB_COLD MemoryNeed memory_need(const Network& net, const Model& m, Structur
     P += double(p.value.size());
     if (p.role != ParamRole::weight) V += double(p.value.size());
   }
-  // Held throughout: the network, its compiled model (float64 each) and the measurements' float32
-  // copy of every parameter.
-  const double held = 20.0 * P;
-  MemoryNeed need{held, "layers", "the parameters, held as the network, its compiled model and a float32 copy"};
+  // Held throughout: the compiled model's values (float64; the network lends them, analyze.cpp)
+  // and the measurements' float32 copy of every parameter.
+  const double held = 12.0 * P;
+  MemoryNeed need{held, "layers", "the parameters, held as the compiled model's values and a float32 copy"};
   auto consider = [&](double bytes, std::string path, std::string what) {
     if (bytes > need.bytes) need = {bytes, std::move(path), std::move(what)};
   };
@@ -89,7 +89,7 @@ BIASLAB_COLD MemoryNeed memory_need(const Network& net, const Model& m, Structur
 BIASLAB_COLD void release_for_folds(analysis::Context& c) {
   c.pool->release();
   c.ev->release_weights();
-  for (ModelParam& p : c.model.params) p.value = Mat();
+  for (ModelParam& p : c.model.params) p.value = Mat();  // (returned to the network already)
 }
 
 BIASLAB_COLD void memory_json(const MemoryNeed& need, double budget, Json& work) {

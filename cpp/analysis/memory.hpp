@@ -2,8 +2,9 @@
 // held to: the page's WebAssembly memory (2 GB), natively the machine's.
 //
 // The bound counts only allocations the analysis is certain to make, and to hold at the same
-// time. Until the folds: every parameter as the network (8 bytes), its compiled model (8) and
-// the float32 copy the measurements run (4), and the Gram matrix a wide MLP bias takes from its
+// time. Until the folds: every parameter as its compiled model's value (8 bytes; the network
+// lends the model its values, and has them back for the folds) and the float32 copy the
+// measurements run (4), and the Gram matrix a wide MLP bias takes from its
 // layers' factors (with the gated FFN's shared factor beside it). The folds come last, with the
 // network alone held (release_for_folds): a fold's copy of the whole network and the compiled
 // folded model beside it; the smallest model's working copy and the copy its first step makes.
@@ -36,9 +37,9 @@ struct MemoryNeed {
 // of more than kLeanParameters parameters on to the full engine.
 MemoryNeed memory_need(const Network& net, const Model& m, StructureSolver& solver, bool folds);
 
-// Before the folds, the last step: frees the compiled model's values, the structure's traces and
-// the measurements' float32 copy, which the folds (on the network) do not use. Nothing in the
-// first-load engine.
+// Before the folds, the last step (after return_values has given the network its values back):
+// frees the structure's traces and the measurements' float32 copy, which the folds (on the
+// network) do not use. Nothing in the first-load engine.
 void release_for_folds(analysis::Context& c);
 
 // The refusal's message for a need over `budget` bytes.

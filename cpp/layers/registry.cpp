@@ -50,7 +50,7 @@ Op CompileContext::op(OpKind kind) const {
 int CompileContext::param(const std::string& local, int op_index) {
   const Param* p = node_.find(local);
   if (!p) return -1;
-  m_.params.push_back({param_name(name_, local), p->role, op_index, p->value});
+  m_.params.push_back({param_name(name_, local), p->role, op_index, m_.copy_values ? p->value : Mat(), p});
   return static_cast<int>(m_.params.size()) - 1;
 }
 

@@ -171,6 +171,8 @@ struct ModelParam {
   ParamRole role;
   int op;            // the op that uses it
   Mat value;
+  // The network's parameter it was compiled from; valid while that network lives (lend_values).
+  const Param* source = nullptr;
 };
 
 struct Model {
@@ -184,9 +186,18 @@ struct Model {
   std::vector<Op> ops;
   std::vector<ModelParam> params;
   int find_param(const std::string& name) const;  // -1 when absent
+  bool copy_values = true;  // (while compiling: whether the params take copies of the values)
 };
 
-Model compile(const Network& net);
+// The model of a network. `values` false: every parameter's value is left empty, for
+// lend_values to fill.
+Model compile(const Network& net, bool values = true);
+// The analysis holds every parameter once, not twice: lend_values moves each value of the
+// network `m` was compiled from (without values) into `m`, return_values moves them back (`m`'s
+// are then empty). The network must outlive both calls and must not change between them; it is
+// written through ModelParam::source (it is not const: compile takes it as const only to read).
+void lend_values(Model& m);
+void return_values(Model& m);
 
 // Multiply-add count of one forward pass, times 2 (FLOPs), for throughput figures.
 double forward_flops(const Model& m);

@@ -174,8 +174,9 @@ void compile_layers(Model& m, const std::vector<LayerNode>& nodes, const std::st
 
 }  // namespace
 
-BIASLAB_COLD Model compile(const Network& net) {
+BIASLAB_COLD Model compile(const Network& net, bool values) {
   Model m;
+  m.copy_values = values;
   m.batch = net.config.shape.batch;
   m.tokens = net.config.shape.tokens;
   if (!net.config.shape.grid.empty()) {
@@ -187,7 +188,20 @@ BIASLAB_COLD Model compile(const Network& net) {
   m.dtype = net.config.dtype;
   compile_layers(m, net.layers, kTopLayers);
   for (const Op& op : m.ops) m.context_tokens = std::max(m.context_tokens, op.context);
+  m.copy_values = true;
   return m;
+}
+
+BIASLAB_COLD void lend_values(Model& m) {
+  for (ModelParam& p : m.params) p.value.swap(const_cast<Param*>(p.source)->value);
+}
+
+BIASLAB_COLD void return_values(Model& m) {
+  for (ModelParam& p : m.params) {
+    Mat& v = const_cast<Param*>(p.source)->value;
+    v.swap(p.value);
+    p.value = Mat();
+  }
 }
 
 double forward_flops(const Model& m) {
