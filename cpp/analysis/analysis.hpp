@@ -66,7 +66,8 @@ struct Context {
   std::unique_ptr<TracePool> pool;
   std::unique_ptr<StructureSolver> solver;
   MemoryNeed memory;  // the bound on what the analysis holds at once (memory.hpp)
-  // The report's work figures, taken before the folds (release_for_folds frees the model's values).
+  // The report's work figures, taken before the folds (return_values gives the model's values
+  // back to the network).
   double structural_estimate = 0, forward_work = 0;
   std::vector<int> bias_params;
   std::vector<Structure> structures;

@@ -147,8 +147,9 @@ BIASLAB_COLD json analyze(const ExperimentConfig& cfg, const AnalyzeOptions& opt
     lap("invariances");
     if (opt.sweep) r.sweep = analyse_sweep(c);
     lap("sweep");
-    // The folds come last: they need none of the model's values, the traces or the float32
-    // copy, which the full engine frees first (memory.hpp), after the report's work figures.
+    // The folds come last, on the network: after the report's work figures, the model gives the
+    // network its values back, and the full engine frees the traces and the float32 copy, which
+    // the folds do not use (memory.hpp).
     for (const ModelParam& p : c.model.params)
       if (is_bias_like(p.role)) c.structural_estimate += structural_flops(c.model, p, c.solver->injective_cut(p.op));
     c.forward_work = forward_flops(c.model);

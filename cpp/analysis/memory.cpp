@@ -89,7 +89,6 @@ BIASLAB_COLD MemoryNeed memory_need(const Network& net, const Model& m, Structur
 BIASLAB_COLD void release_for_folds(analysis::Context& c) {
   c.pool->release();
   c.ev->release_weights();
-  for (ModelParam& p : c.model.params) p.value = Mat();  // (returned to the network already)
 }
 
 BIASLAB_COLD void memory_json(const MemoryNeed& need, double budget, Json& work) {
