@@ -195,15 +195,12 @@ BIASLAB_COLD Model compile(const Network& net, bool values) {
 }
 
 BIASLAB_COLD void lend_values(Model& m) {
-  // (Two model parameters from one source, which no kind compiles today, would hand the second
-  // an empty matrix and lose the value on its return: refused.)
-  std::vector<const Param*> seen;
-  seen.reserve(m.params.size());
-  for (const ModelParam& p : m.params) seen.push_back(p.source);
-  std::sort(seen.begin(), seen.end());
-  if (std::adjacent_find(seen.begin(), seen.end()) != seen.end() || (!seen.empty() && !seen.front()))
-    throw std::logic_error("lend_values: a model parameter without a source of its own");
-  for (ModelParam& p : m.params) p.value.swap(const_cast<Param*>(p.source)->value);
+  for (ModelParam& p : m.params) {
+    p.value.swap(const_cast<Param*>(p.source)->value);
+    // (A second model parameter from one source, which no kind compiles today, would find it
+    // emptied by the first: refused, as the value would be lost on its return.)
+    if (p.value.size() == 0) throw std::logic_error("lend_values: a parameter lent twice");
+  }
 }
 
 BIASLAB_COLD void return_values(Model& m) {
