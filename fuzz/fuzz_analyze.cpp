@@ -57,6 +57,12 @@ void measure(const std::vector<LayerConfig>& layers, long& width, long tokens, S
       case LayerType::attention:
         s.parameters += 4 * f * f + 4 * f;
         break;
+      case LayerType::glu: {  // gate, up (f -> hidden) and down (hidden -> f): its hidden width's
+        // biases are its largest (hidden directions); the parameter bound keeps them small
+        const long h = l.hidden > 0 ? l.hidden : 4 * f;
+        s.parameters += 3 * h * f + (l.bias ? 2 * h + f : 0);
+        break;
+      }
       case LayerType::conv1d:
       case LayerType::conv2d: {
         width = l.out_channels > 0 ? l.out_channels : f;
