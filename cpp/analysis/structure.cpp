@@ -304,20 +304,17 @@ bool null_space(const Cluster& cl, double tau, ColMat& v, ColMat& f) {
     f = s.asDiagonal();
     return false;
   }
-  if (cl.svd_v.cols() == c) {  // the rank decision's SVD, of this R
-    v = cl.svd_v.rightCols(d);
-    for (Eigen::Index i = 0; i < d; ++i)
-      if (kept + i < cl.sv.size()) s(i) = cl.sv(kept + i);
-    f = s.asDiagonal();
-    return false;
-  }
-  Eigen::BDCSVD<ColMat> svd(cl.R, Eigen::ComputeFullV);
-  v = svd.matrixV().rightCols(d);
-  const Vec& all = svd.singularValues();
+  // The rank decision's SVD of this R where it kept V, else a new one.
+  const bool factor = cl.svd_v.cols() != c;
+  Eigen::BDCSVD<ColMat> svd;
+  if (factor) svd.compute(cl.R, Eigen::ComputeFullV);
+  const ColMat& V = factor ? svd.matrixV() : cl.svd_v;
+  const Vec& all = factor ? svd.singularValues() : cl.sv;
+  v = V.rightCols(d);
   for (Eigen::Index i = 0; i < d; ++i)
     if (kept + i < all.size()) s(i) = all(kept + i);
   f = s.asDiagonal();
-  return true;
+  return factor;
 }
 
 // Singular values of R, largest first; with `v`, its right singular vectors too (an SVD costs
