@@ -346,6 +346,46 @@ constexpr Eigen::Index kSvdKeepV = 512;
 constexpr Eigen::Index kCholeskyColumns = 512;
 
 #ifndef BIASLAB_LEAN_ENGINE
+// Wide Gram matrices and their Cholesky factors in column blocks of this width, the blocks side
+// by side natively (OpenMP): Eigen runs a general product on every core but a triangular one
+// (a rank update, the update inside its LLT) on one. Each block is the same arithmetic whatever
+// the number of threads, so the results do not depend on it.
+constexpr Eigen::Index kGramBlock = 256;
+
+// The lower triangle of A (c x c) += alpha U U^T, U (c x k); the strict upper triangle is not
+// touched.
+void lower_rank_update(Eigen::Ref<ColMat> A, const Eigen::Ref<const ColMat>& U, double alpha) {
+  const Eigen::Index c = A.cols(), blocks = (c + kGramBlock - 1) / kGramBlock;
+#pragma omp parallel for schedule(dynamic)
+  for (Eigen::Index j = 0; j < blocks; ++j) {
+    const Eigen::Index j0 = j * kGramBlock, b = std::min(kGramBlock, c - j0), below = c - j0 - b;
+    A.block(j0, j0, b, b).selfadjointView<Eigen::Lower>().rankUpdate(U.middleRows(j0, b), alpha);
+    if (below > 0) A.block(j0 + b, j0, below, b).noalias() += alpha * U.bottomRows(below) * U.middleRows(j0, b).transpose();
+  }
+}
+
+// LLT of A's lower triangle in place (A = L L^T, L in the lower triangle; the strict upper
+// triangle is not touched), right-looking in blocks: whether it completes is what the
+// certificate below reads (a NaN pivot completes; the caller checks the diagonal).
+bool blocked_llt(Eigen::Ref<ColMat> A) {
+  const Eigen::Index c = A.cols();
+  for (Eigen::Index k0 = 0; k0 < c; k0 += kGramBlock) {
+    const Eigen::Index b = std::min(kGramBlock, c - k0), rest = c - k0 - b;
+    Eigen::Ref<ColMat> A11 = A.block(k0, k0, b, b);
+    if (Eigen::LLT<Eigen::Ref<ColMat>, Eigen::Lower>(A11).info() != Eigen::Success) return false;
+    if (rest == 0) break;
+    // A21 := A21 L11^-T, in row blocks side by side; then A22 -= A21 A21^T.
+    const Eigen::Index row_blocks = (rest + kGramBlock - 1) / kGramBlock;
+#pragma omp parallel for schedule(static)
+    for (Eigen::Index i = 0; i < row_blocks; ++i) {
+      const Eigen::Index i0 = k0 + b + i * kGramBlock, r = std::min(kGramBlock, c - i0);
+      A11.triangularView<Eigen::Lower>().transpose().solveInPlace<Eigen::OnTheRight>(A.block(i0, k0, r, b));
+    }
+    lower_rank_update(A.bottomRightCorner(rest, rest), A.block(k0 + b, k0, rest, b), -1.0);
+  }
+  return true;
+}
+
 // The Cholesky certificate of full rank. G (c x c, its lower triangle read) is a computed Gram
 // matrix within `err` (2-norm) of the exact one, and `trace` is at least its trace. A Cholesky
 // factorisation that runs to completion in floating point on G - s I has R^T R = G - s I + E
@@ -369,7 +409,7 @@ std::optional<double> cholesky_floor(ColMat& G, double trace, double err, double
   for (const double mu : {first, need}) {
     G.diagonal() = diag.array() - (mu + lift);
     // (a NaN pivot passes LLT's test: the factor must be finite too)
-    if (Eigen::LLT<Eigen::Ref<ColMat>, Eigen::Lower>(G).info() == Eigen::Success && G.diagonal().allFinite())
+    if (blocked_llt(G) && G.diagonal().allFinite())
       return std::sqrt(mu - err);
     for (Eigen::Index j = 0; j + 1 < c; ++j) G.col(j).tail(c - 1 - j) = G.row(j).tail(c - 1 - j).transpose();
     if (mu == need) break;
@@ -645,9 +685,9 @@ StructuredGram mlp_gram(const Model& m, const Trace& tr, const MlpGramPlan& plan
   } else {
     out.G = ColMat::Zero(c, c);
     if (plan.norm >= 0 && m.ops[static_cast<size_t>(plan.norm)].gain >= 0)  // A
-      out.G.selfadjointView<Eigen::Lower>().rankUpdate(ColMat(gam.asDiagonal() * W2).transpose());
+      lower_rank_update(out.G, ColMat(W2.transpose() * gam.asDiagonal()), 1.0);
     else
-      out.G.selfadjointView<Eigen::Lower>().rankUpdate(W2.transpose());  // (Gamma = I: no copy of W2)
+      lower_rank_update(out.G, W2.transpose(), 1.0);  // (Gamma = I: no copy of W2)
     if (keep) *keep = out.G;
   }
   ColMat E(c, N);

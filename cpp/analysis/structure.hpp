@@ -127,7 +127,7 @@ struct StructureOptions {
   // level of rounding (this multiple of the input's reference scale); above it, the basis is not
   // as accurate as the data allows and the full stack is factored again.
   double confirm_rel = 1e-13;
-  long chunk_elements = 1L << 20;  // tangent batch size in doubles (8 MiB)
+  long chunk_elements = 1L << 22;  // tangent batch size in doubles (32 MiB)
   // Token rows (plan_rows): where the ops after the last one that mixes tokens would cost at
   // least this much per input over every row. The null space found from the rows is then
   // checked on every row of every input stacked: its tangents there, bounded through the
