@@ -323,3 +323,54 @@ TEST_CASE("forward: float32 and float64 forwards of the same model agree to 1e-5
     CHECK_GT_TOL(y64.norm(), 0.0, "output norm");
   }
 }
+
+TEST_CASE("forward: stacked points equal forward_from per value, and refuse where samples mix") {
+  // Every bias-like parameter of every preset, three values: the stacked pass (the op after the
+  // parameter's on three times the samples) against forward_from of each value alone. Products
+  // of another size may block their sums otherwise: equal within 1e-12 of the output's scale.
+  constexpr double kRel = 1e-12;
+  int stacked_params = 0, refused_params = 0, moved = 0;
+  for (const Preset& preset : presets()) {
+    auto b = build(preset.config);
+    const Model& m = b.model;
+    const Weights<double> w = cast_weights<double>(m);
+    Recording<double> rec;
+    const Mat x = draw_input(b.config, 0);
+    const Mat base = forward_recording<double>(m, w, x, rec);
+    const double scale = std::max(1.0, base.cwiseAbs().maxCoeff());
+    for (size_t pi = 0; pi < m.params.size(); ++pi) {
+      const ModelParam& p = m.params[pi];
+      if (!is_bias_like(p.role)) continue;
+      INFO("preset := " << preset.name << ", param := " << p.name);
+      bool mixes = false;  // BatchNorm (train) after the parameter's op
+      for (size_t i = static_cast<size_t>(p.op) + 1; i < m.ops.size(); ++i)
+        mixes = mixes || (m.ops[i].kind == OpKind::norm && m.ops[i].norm == NormKind::batch_train);
+      Mat r(p.value.rows(), p.value.cols());  // a fixed direction, not constant (a norm removes that)
+      for (Eigen::Index i = 0; i < r.size(); ++i) r.data()[i] = (i % 2 ? -1.0 : 1.0) * double(i % 7 + 1) / 7.0;
+      std::vector<Mat> values;
+      for (double s : {1e-3, 0.5, 3.0}) values.push_back(p.value + s * r);
+      values[1](0, 0) -= 1.0;  // (not a multiple of the others)
+      std::vector<const Mat*> at;
+      for (const Mat& v : values) at.push_back(&v);
+      const std::vector<Mat> ys = forward_from_stacked<double>(m, w, rec, p.op, static_cast<int>(pi), at);
+      CHECK(ys.empty() == mixes);
+      if (ys.empty()) {
+        ++refused_params;
+        continue;
+      }
+      ++stacked_params;
+      REQUIRE(ys.size() == values.size());
+      for (size_t k = 0; k < values.size(); ++k) {
+        const Mat alone = forward_from<double>(m, w, rec, p.op, Override<double>{static_cast<int>(pi), &values[k]});
+        REQUIRE(ys[k].rows() == alone.rows());
+        REQUIRE(ys[k].cols() == alone.cols());
+        CHECK_LE_TOL((ys[k] - alone).cwiseAbs().maxCoeff() / scale, kRel, "stacked vs alone, relative to the output");
+        if ((alone - base).cwiseAbs().maxCoeff() > 1e-6 * scale) ++moved;
+      }
+    }
+  }
+  // The presets hold both kinds (BatchNorm in train mode after a bias: article1-linear-batchnorm).
+  CHECK(stacked_params > 20);
+  CHECK(refused_params > 0);
+  CHECK(moved > 40);  // (values that move the output: the comparison is not of constants)
+}

@@ -149,6 +149,13 @@ std::vector<FoldResult> analyse_folds(Context& c);
 MinimalModel minimal_model(Context& c);
 std::vector<Probe> analyse_invariances(Context& c);
 Sweep analyse_sweep(Context& c);
+// The sweep's points of bias `bi` (sizes `sizes` along c.directions[bi], then along `redundant`
+// when it is not empty), run ahead as one forward pass per precision (forward_from_stacked) where
+// they can be: point i in that order, unless it is the run at size 1 made already, gets pre[i],
+// moved[i] (as run_near's) and made[i] = 1. Nothing in the page's first-load engine
+// (analysis/stacked_runs.cpp).
+void stack_points(const Context& c, size_t bi, const std::vector<double>& sizes, const Vec& redundant, double far,
+                  std::vector<std::optional<Eval>>& pre, std::vector<double>& moved, std::vector<char>& made);
 
 // The structural analysis holds one Jacobian per input: size x (batch*tokens) x width entries
 // at most (fewer when it is sparse). analyze() refuses up front what would not fit, naming the

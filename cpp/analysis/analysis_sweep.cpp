@@ -1,4 +1,5 @@
 // The sweep: each bias's change of the output against the size of its move.
+#include <algorithm>
 #include <cmath>
 #include <exception>
 #include <limits>
@@ -24,14 +25,11 @@ BIASLAB_COLD Sweep analyse_sweep(Context& c) {
     const ModelParam& p = c.model.params[pi];
     c.step("sweep " + p.name, 0.67 + 0.2 * bi / c.bias_params.size());
     const Structure& st = c.structures[bi];
-#ifdef _OPENMP
-    // Natively a bias's points run side by side first, each on one thread (Eigen does not split
-    // a product inside a parallel region), so each rounds as it would alone; `run` takes them in
-    // order (`at`). The redundant part's direction is drawn here as below, from the same stream.
-    // On one thread, nothing here: `run` makes them one after the other; nor where the points'
-    // outputs (two precisions each, all held until `run` takes them) would pass 256 MB.
+    // The points in the order `run` takes them: every size along the bias's direction, then, for
+    // a partly redundant bias, along a direction of its redundant part (drawn here as below,
+    // from the same stream). The run at size 1 is reused where it was made already.
     const bool redundant = st.determined && st.redundant_dim > 0 && st.redundant_dim < st.size;
-    Vec un_pre;
+    Vec un_pre;  // (the redundant direction)
     if (redundant) {
       Rng rng(c.cfg.seed, "null." + p.name);
       Vec g(st.redundant_dim);
@@ -40,43 +38,49 @@ BIASLAB_COLD Sweep analyse_sweep(Context& c) {
       un_pre *= std::sqrt(double(st.size)) / un_pre.norm();
     }
     const int k = static_cast<int>(out.sizes.size());
-    const double bytes = 2.0 * k * 2.0 * double(c.ev->base().y.size()) * sizeof(double);
-    const int count = omp_get_max_threads() < 2 || bytes > 256.0 * 1024 * 1024 ? 0 : redundant ? 2 * k : k;
+    const int count = redundant ? 2 * k : k;
     std::vector<std::optional<Eval>> pre(static_cast<size_t>(count));
     std::vector<double> pre_moved(static_cast<size_t>(count), 0.0);
+    std::vector<char> made(static_cast<size_t>(count), 0);
+    // First as one forward pass per precision (stack_points), where the points' outputs (two
+    // precisions each, all held until `run` takes them) stay under 256 MB.
+    const double bytes = 2.0 * count * double(c.ev->base().y.size()) * sizeof(double);
+    if (bytes <= 256.0 * 1024 * 1024) stack_points(c, bi, out.sizes, un_pre, far, pre, pre_moved, made);
+#ifdef _OPENMP
+    // Else, natively, a bias's points run side by side, each on one thread (Eigen does not split
+    // a product inside a parallel region), so each rounds as it would alone; `run` takes them in
+    // order (`at`). On one thread, nothing here: `run` makes them one after the other.
+    const bool stacked = std::find(made.begin(), made.end(), 1) != made.end();
+    const int side = stacked || omp_get_max_threads() < 2 || bytes > 256.0 * 1024 * 1024 ? 0 : count;
     std::exception_ptr failed;  // (an exception must not leave the parallel region)
 #pragma omp parallel for schedule(dynamic)
-    for (int i = 0; i < count; ++i) {
-      const double sz = out.sizes[static_cast<size_t>(i % k)];
-      if (sz == 1.0 && (i < k || c.null_runs[bi])) continue;  // the unit run
+    for (int i = 0; i < side; ++i) {
+      if (out.sizes[static_cast<size_t>(i % k)] == 1.0 && (i < k || c.null_runs[bi])) continue;  // the unit run
       try {
-        const Mat v = p.value + Mat((i < k ? c.directions[bi] : un_pre) * sz);
+        const Mat v = p.value + Mat((i < k ? c.directions[bi] : un_pre) * out.sizes[static_cast<size_t>(i % k)]);
         pre[static_cast<size_t>(i)] = c.ev->run_near(pi, &v, far, &pre_moved[static_cast<size_t>(i)]);
+        made[static_cast<size_t>(i)] = 1;
       } catch (...) {
 #pragma omp critical(biaslab_sweep)
         if (!failed) failed = std::current_exception();
       }
     }
     if (failed) std::rethrow_exception(failed);
-    size_t at = 0;
 #endif
+    size_t at = 0;
     // `unit`: the run already made at size 1 in this direction (the same values bit for bit).
     // A point whose change is over kSweepFar times the unperturbed model's own floor has no
     // floor measured: its companion run in the other precision is skipped.
     auto run = [&](const Vec& u, const Eval* unit, std::vector<double>& delta, std::vector<double>& floor) {
       for (double sz : out.sizes) {
-#ifdef _OPENMP
         const size_t here = at++;
-#endif
         std::optional<Eval> e;
         double moved = 0;
         if (sz == 1.0 && unit) {
           e = *unit;
-#ifdef _OPENMP
-        } else if (here < pre.size()) {
+        } else if (made[here]) {
           e = std::move(pre[here]);
           moved = pre_moved[here];
-#endif
         } else {
           const Mat v = p.value + Mat(u * sz);
           e = c.ev->run_near(pi, &v, far, &moved);
@@ -94,14 +98,9 @@ BIASLAB_COLD Sweep analyse_sweep(Context& c) {
     SweepSeries s;
     s.param = p.name;
     run(c.directions[bi], &c.unit_runs[bi], s.delta, s.floor);
-    if (st.determined && st.redundant_dim > 0 && st.redundant_dim < st.size) {
-      Rng rng(c.cfg.seed, "null." + p.name);
-      Vec g(st.redundant_dim);
-      for (int i = 0; i < g.size(); ++i) g(i) = rng.normal();
-      Vec un = st.null_basis * g;
-      un *= std::sqrt(double(st.size)) / un.norm();
+    if (redundant) {
       s.has_redundant = true;
-      run(un, c.null_runs[bi] ? &*c.null_runs[bi] : nullptr, s.delta_redundant, s.floor_redundant);
+      run(un_pre, c.null_runs[bi] ? &*c.null_runs[bi] : nullptr, s.delta_redundant, s.floor_redundant);
     }
     out.series.push_back(std::move(s));
   }

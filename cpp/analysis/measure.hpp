@@ -55,8 +55,11 @@ class Evaluator {
   const Mat& input() const { return x_; }
   const Weights<float>& weights32() const { return wf_; }
   const Weights<double>& weights64() const { return wd_; }
+  const Recording<float>& recording32() const { return rec32_; }
+  const Recording<double>& recording64() const { return rec64_; }
   // Forward passes made so far (each run is one float32 and one float64 pass).
   long runs() const { return runs_; }
+  void count_runs(long n) const { runs_ += n; }
   // Frees the float32 copy of the parameters (and the view of the model's): base() and runs()
   // stay, run() may not be called again.
   void release_weights() {

@@ -14,7 +14,8 @@ namespace biaslab {
 template <class S>
 MatT<S> op_forward(const Model& m, const Op& op, const Weights<S>& w, const MatT<S>& x,
                    Override<S> ov, AttentionCache* cache, const std::vector<MatT<S>>* pre,
-                   std::vector<MatT<S>>* products, const MatT<S>* context) {
+                   std::vector<MatT<S>>* products, const MatT<S>* context, int batch) {
+  const int B = batch > 0 ? batch : m.batch;
   switch (op.kind) {
     case OpKind::linear:
       if (products) products->assign(1, MatT<S>());
@@ -27,13 +28,13 @@ MatT<S> op_forward(const Model& m, const Op& op, const Weights<S>& w, const MatT
     case OpKind::position:
       return add_positions<S>(x, param(w, ov, op.b), m.tokens);
     case OpKind::norm:
-      return norm_forward<S>(op, w, ov, x, m.batch);
+      return norm_forward<S>(op, w, ov, x, B);
     case OpKind::activation:
       return activate<S>(*op.act, x);
     case OpKind::softmax:
       return softmax_forward<S>(x);
     case OpKind::attention:
-      return attention_core<S>(m, op, w, x, op.context > 0 ? *context : x, m.batch, cache, ov, pre, products);
+      return attention_core<S>(m, op, w, x, op.context > 0 ? *context : x, B, cache, ov, pre, products);
     case OpKind::glu:
       return glu_forward<S>(op, w, ov, x, pre, products);
     case OpKind::residual_begin:
@@ -58,7 +59,7 @@ struct Skip {
 template <class S>
 MatT<S> run_ops(const Model& m, const Weights<S>& w, MatT<S> h, const MatT<S>& context, std::vector<Skip<S>> skips,
                 int start, Override<S> ov, Trace* trace, Recording<S>* record,
-                const std::vector<MatT<S>>* start_products = nullptr) {
+                const std::vector<MatT<S>>* start_products = nullptr, int batch = 0) {
   for (size_t i = start; i < m.ops.size(); ++i) {
     const Op& op = m.ops[i];
     if (trace) trace->inputs[i] = h.template cast<double>();
@@ -78,7 +79,7 @@ MatT<S> run_ops(const Model& m, const Weights<S>& w, MatT<S> h, const MatT<S>& c
       default:
         h = op_forward<S>(m, op, w, h, ov, trace ? &trace->attention[i] : nullptr,
                           static_cast<int>(i) == start ? start_products : nullptr,
-                          record ? &record->products[i] : nullptr, &context);
+                          record ? &record->products[i] : nullptr, &context, batch);
     }
   }
   return h;
@@ -109,11 +110,12 @@ MatT<S> forward_recording(const Model& m, const Weights<S>& w, const MatT<S>& x,
   return y;
 }
 
+namespace {
+
+// The blocks still open at `start`: begins before it whose end is not, with the outputs of
+// their branches that finished before it (the input of each branch_next).
 template <class S>
-MatT<S> forward_from(const Model& m, const Weights<S>& w, const Recording<S>& rec, int start,
-                     Override<S> ov) {
-  // The blocks still open at `start`: begins before it whose end is not, with the outputs of
-  // their branches that finished before it (the input of each branch_next).
+std::vector<Skip<S>> open_blocks(const Model& m, const Recording<S>& rec, int start) {
   std::vector<Skip<S>> skips;
   for (int i = 0; i < start; ++i) {
     const Op& o = m.ops[i];
@@ -121,13 +123,67 @@ MatT<S> forward_from(const Model& m, const Weights<S>& w, const Recording<S>& re
       skips.push_back(o.parallel ? Skip<S>{rec.inputs[i], rec.inputs[i], true} : Skip<S>{rec.inputs[i], {}, false});
     if (o.kind == OpKind::branch_next && o.partner >= start) skips.back().sum += rec.inputs[i];
   }
-  // The start op's products before biases still hold unless a weight of it is replaced.
+  return skips;
+}
+
+// The start op's products before biases, which still hold unless a weight of it is replaced.
+template <class S>
+const std::vector<MatT<S>>* start_products(const Model& m, const Recording<S>& rec, int start, int replaced) {
   const Op& op = m.ops[start];
-  const bool weight_replaced = ov.index >= 0 && (ov.index == op.w || ov.index == op.wq || ov.index == op.wk ||
-                                                 ov.index == op.wv || ov.index == op.wg || ov.index == op.wu);
-  const std::vector<MatT<S>>* pre =
-      !weight_replaced && !rec.products[start].empty() ? &rec.products[start] : nullptr;
-  return run_ops<S>(m, w, rec.inputs[start], rec.context, std::move(skips), start, ov, nullptr, nullptr, pre);
+  const bool weight_replaced = replaced >= 0 && (replaced == op.w || replaced == op.wq || replaced == op.wk ||
+                                                 replaced == op.wv || replaced == op.wg || replaced == op.wu);
+  return !weight_replaced && !rec.products[start].empty() ? &rec.products[start] : nullptr;
+}
+
+// x's rows, k times over.
+template <class S>
+MatT<S> repeat_rows(const MatT<S>& x, int k) {
+  MatT<S> y(x.rows() * k, x.cols());
+  for (int i = 0; i < k; ++i) y.middleRows(i * x.rows(), x.rows()) = x;
+  return y;
+}
+
+}  // namespace
+
+template <class S>
+MatT<S> forward_from(const Model& m, const Weights<S>& w, const Recording<S>& rec, int start,
+                     Override<S> ov) {
+  return run_ops<S>(m, w, rec.inputs[start], rec.context, open_blocks(m, rec, start), start, ov, nullptr, nullptr,
+                    start_products(m, rec, start, ov.index));
+}
+
+template <class S>
+std::vector<MatT<S>> forward_from_stacked(const Model& m, const Weights<S>& w, const Recording<S>& rec, int start,
+                                          int param, const std::vector<const MatT<S>*>& values) {
+  const int K = static_cast<int>(values.size());
+  for (size_t i = static_cast<size_t>(start) + 1; i < m.ops.size(); ++i) {
+    const Op& o = m.ops[i];
+    if (o.kind == OpKind::norm && o.norm == NormKind::batch_train) return {};
+    for (int p : {o.w, o.b, o.gain, o.shift, o.mean, o.var, o.wq, o.bq, o.wk, o.bk, o.wv, o.bv, o.sinks, o.qn_gain,
+                  o.qn_shift, o.kn_gain, o.kn_shift, o.wg, o.bg, o.wu, o.bu})
+      if (p == param) return {};
+  }
+  const Op& op = m.ops[static_cast<size_t>(start)];
+  const std::vector<MatT<S>>* pre = start_products(m, rec, start, param);
+  const MatT<S>& x = rec.inputs[static_cast<size_t>(start)];
+  MatT<S> h;
+  for (int k = 0; k < K; ++k) {
+    const MatT<S> y = op_forward<S>(m, op, w, x, Override<S>{param, values[static_cast<size_t>(k)]}, nullptr, pre,
+                                    nullptr, &rec.context);
+    if (k == 0) h.resize(y.rows() * K, y.cols());
+    h.middleRows(k * y.rows(), y.rows()) = y;
+  }
+  std::vector<Skip<S>> skips = open_blocks(m, rec, start);
+  for (Skip<S>& s : skips) {
+    s.input = repeat_rows(s.input, K);
+    if (s.parallel) s.sum = repeat_rows(s.sum, K);
+  }
+  const MatT<S> y = run_ops<S>(m, w, std::move(h), repeat_rows(rec.context, K), std::move(skips), start + 1, {},
+                               nullptr, nullptr, nullptr, K * m.batch);
+  std::vector<MatT<S>> out(static_cast<size_t>(K));
+  const Eigen::Index n = y.rows() / K;
+  for (int k = 0; k < K; ++k) out[static_cast<size_t>(k)] = y.middleRows(k * n, n);
+  return out;
 }
 
 #define BIASLAB_INSTANTIATE(S)                                                                 \
@@ -137,9 +193,12 @@ MatT<S> forward_from(const Model& m, const Weights<S>& w, const Recording<S>& re
                                         Recording<S>&);                                         \
   template MatT<S> forward_from<S>(const Model&, const Weights<S>&, const Recording<S>&, int,    \
                                    Override<S>);                                                \
+  template std::vector<MatT<S>> forward_from_stacked<S>(const Model&, const Weights<S>&,       \
+                                                        const Recording<S>&, int, int,          \
+                                                        const std::vector<const MatT<S>*>&);    \
   template MatT<S> op_forward<S>(const Model&, const Op&, const Weights<S>&, const MatT<S>&,    \
                                  Override<S>, AttentionCache*, const std::vector<MatT<S>>*,     \
-                                 std::vector<MatT<S>>*, const MatT<S>*);                        \
+                                 std::vector<MatT<S>>*, const MatT<S>*, int);                   \
 
 BIASLAB_INSTANTIATE(float)
 BIASLAB_INSTANTIATE(double)

@@ -49,14 +49,25 @@ template <class S>
 MatT<S> forward_from(const Model& m, const Weights<S>& w, const Recording<S>& rec, int start,
                      Override<S> ov = {});
 
+// The forward passes from op `start` on for several values of its parameter `param` (each one
+// forward_from with that value), stacked: op `start` runs once per value on the recorded input,
+// and the ops after it take the K results' rows as one batch of K times the model's samples, so
+// each product runs once over K times the rows. Equal to forward_from up to rounding (a product's
+// blocking may follow its size). Empty where an op after `start` mixes samples (BatchNorm in
+// train mode) or another op reads `param`.
+template <class S>
+std::vector<MatT<S>> forward_from_stacked(const Model& m, const Weights<S>& w, const Recording<S>& rec, int start,
+                                          int param, const std::vector<const MatT<S>*>& values);
+
 // Single ops, exposed for the invariance probes and tests. x: (N, in).
 // `pre`: the op's products before biases, reused instead of recomputed; `products`: filled with
-// them (see Recording). `context`: what a cross-attention op's keys and values read.
+// them (see Recording). `context`: what a cross-attention op's keys and values read. `batch`:
+// the samples x holds (0: the model's).
 template <class S>
 MatT<S> op_forward(const Model& m, const Op& op, const Weights<S>& w, const MatT<S>& x,
                    Override<S> ov = {}, AttentionCache* cache = nullptr,
                    const std::vector<MatT<S>>* pre = nullptr, std::vector<MatT<S>>* products = nullptr,
-                   const MatT<S>* context = nullptr);
+                   const MatT<S>* context = nullptr, int batch = 0);
 
 // Rows [first, first + n) of a row-major matrix, copied as one contiguous range (no Eigen
 // expression: this keeps the page's engine small).
