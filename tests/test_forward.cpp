@@ -6,6 +6,7 @@
 #include <cmath>
 #include <string>
 
+#include "analysis/measure.hpp"
 #include "model/forward.hpp"
 #include "model/presets.hpp"
 #include "support.hpp"
@@ -373,4 +374,53 @@ TEST_CASE("forward: stacked points equal forward_from per value, and refuse wher
   CHECK(stacked_params > 20);
   CHECK(refused_params > 0);
   CHECK(moved > 40);  // (values that move the output: the comparison is not of constants)
+}
+
+TEST_CASE("forward: a sweep's points stacked keep run_near's rules and values, point by point") {
+  // run_near_stacked against run_near for every bias-like parameter of five presets (float32 and
+  // float64), the sweep's eleven sizes along a fixed direction: the same points skipped (over
+  // `far`), the same moves, and outputs equal up to rounding: 1e-12 of the output's scale for a
+  // float64 output, 1e-6 for a float32 one.
+  int compared = 0, skipped_points = 0;
+  for (const char* name : {"article2-all-biases", "default", "gpt2-block", "whisper-decoder-block", "qwen2-block"}) {
+    const Preset* preset = find_preset(name);
+    REQUIRE(preset != nullptr);
+    auto b = build(preset->config);
+    const Model& m = b.model;
+    const Evaluator ev(m, draw_input(b.config, 0));
+    const double scale = std::max(1.0, ev.base().y.cwiseAbs().maxCoeff());
+    const double tol64 = 1e-12 * scale, tol32 = 1e-6 * scale;
+    const double far = 1e6 * kFloorFactor * 2 * ev.base().rounding;  // (the sweep's: kSweepFar)
+    for (size_t pi = 0; pi < m.params.size(); ++pi) {
+      const ModelParam& p = m.params[pi];
+      if (!is_bias_like(p.role)) continue;
+      INFO("preset := " << name << ", param := " << p.name);
+      Mat r(p.value.rows(), p.value.cols());
+      for (Eigen::Index i = 0; i < r.size(); ++i) r.data()[i] = (i % 2 ? -1.0 : 1.0) * double(i % 5 + 1) / 5.0;
+      std::vector<Mat> values;
+      for (int e = -8; e <= 2; ++e) values.push_back(p.value + std::pow(10.0, e) * r);
+      std::vector<double> moved;
+      const std::vector<std::optional<Eval>> stacked = run_near_stacked(ev, static_cast<int>(pi), values, far, moved);
+      if (stacked.empty()) continue;  // (BatchNorm in train mode after it, or small points on several threads)
+      REQUIRE(stacked.size() == values.size());
+      for (size_t k = 0; k < values.size(); ++k) {
+        double alone_moved = 0;
+        const std::optional<Eval> alone = ev.run_near(static_cast<int>(pi), &values[k], far, &alone_moved);
+        CHECK(stacked[k].has_value() == alone.has_value());
+        const bool f32 = m.dtype == DType::float32;
+        if (std::isfinite(alone_moved)) CHECK_LE_TOL(std::abs(moved[k] - alone_moved), f32 ? tol32 : tol64, "moved");
+        if (!alone || !stacked[k]) {
+          ++skipped_points;
+          continue;
+        }
+        ++compared;
+        CHECK(stacked[k]->finite == alone->finite);
+        CHECK(stacked[k]->dtype == alone->dtype);
+        CHECK_LE_TOL((stacked[k]->y - alone->y).cwiseAbs().maxCoeff(), f32 ? tol32 : tol64, "output");
+        CHECK_LE_TOL((stacked[k]->y_other - alone->y_other).cwiseAbs().maxCoeff(), f32 ? tol64 : tol32, "other precision");
+      }
+    }
+  }
+  CHECK(compared > 60);
+  CHECK(skipped_points > 0);  // (the large sizes: over far, their other precision is not run)
 }

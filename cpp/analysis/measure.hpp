@@ -83,6 +83,13 @@ class Evaluator {
 // Combines one computation done in float32 and in float64 into an Eval for `dtype`.
 Eval combine_eval(DType dtype, const MatT<float>& y32, const Mat& y64);
 
+// run_near for several values of one parameter (the sweep's points), their forward passes
+// stacked (forward_from_stacked) in groups that keep a stacked tangent of the widest op under
+// 32 MiB; moved[k] as run_near's. Empty where they cannot be stacked (the caller then runs each).
+// Not in the page's first-load engine (analysis/stacked_runs.cpp; analysis::stack_points calls it).
+std::vector<std::optional<Eval>> run_near_stacked(const Evaluator& ev, int param, const std::vector<Mat>& values,
+                                                  double far, std::vector<double>& moved);
+
 constexpr double kFloorFactor = 8.0;
 
 // Unit roundoff ratio used to carry a float32-measured rounding to float64.

@@ -7,6 +7,7 @@
 #include <cmath>
 #include <exception>
 #include <limits>
+#include <new>
 #ifdef _OPENMP
 #include <omp.h>
 #endif
@@ -62,9 +63,8 @@ std::vector<MatT<S>> stacked(const Model& m, const Weights<S>& w, const Recordin
   return out;
 }
 
-// run_near for several values of one parameter, their forward passes stacked in groups that
-// keep a stacked tangent of the widest op under 32 MiB; moved[k] as run_near's. Empty where they
-// cannot be stacked (the caller then runs each).
+}  // namespace
+
 std::vector<std::optional<Eval>> run_near_stacked(const Evaluator& ev, int param, const std::vector<Mat>& values,
                                                   double far, std::vector<double>& moved) {
   const Model& m = ev.model();
@@ -97,13 +97,15 @@ std::vector<std::optional<Eval>> run_near_stacked(const Evaluator& ev, int param
   if (y32.empty() && y64.empty()) return {};
   ev.count_runs(static_cast<long>(values.size()));
   moved.assign(values.size(), 0.0);
-  std::vector<size_t> near;  // the points the other precision runs for
+  std::vector<size_t> near;  // the points the other precision runs for; the others' outputs go
   for (size_t k = 0; k < values.size(); ++k) {
     const Mat y = f32 ? Mat(y32[k].cast<double>()) : y64[k];
     const bool finite = y.allFinite();
     const double d = finite ? (y - ev.base().y).cwiseAbs().maxCoeff() : 0.0;
     moved[k] = finite ? d : std::numeric_limits<double>::infinity();
     if (!finite || d <= far) near.push_back(k);
+    else if (f32) y32[k] = MatT<float>();
+    else y64[k] = Mat();
   }
   std::vector<std::optional<Eval>> out(values.size());
   if (near.empty()) return out;
@@ -112,18 +114,24 @@ std::vector<std::optional<Eval>> run_near_stacked(const Evaluator& ev, int param
     for (size_t k : near) vn.push_back(std::move(vd[k]));
     std::vector<Mat> yn = stacked<double>(m, ev.weights64(), ev.recording64(), start, param, vn, group);
     if (yn.size() != near.size()) return {};
-    for (size_t j = 0; j < near.size(); ++j) out[near[j]] = combine_eval(m.dtype, y32[near[j]], yn[j]);
+    for (size_t j = 0; j < near.size(); ++j) {  // (each output freed once its Eval holds it)
+      out[near[j]] = combine_eval(m.dtype, y32[near[j]], yn[j]);
+      y32[near[j]] = MatT<float>();
+      yn[j] = Mat();
+    }
   } else {
     std::vector<MatT<float>> vn;
     for (size_t k : near) vn.push_back(std::move(vf[k]));
     std::vector<MatT<float>> yn = stacked<float>(m, ev.weights32(), ev.recording32(), start, param, vn, group);
     if (yn.size() != near.size()) return {};
-    for (size_t j = 0; j < near.size(); ++j) out[near[j]] = combine_eval(m.dtype, yn[j], y64[near[j]]);
+    for (size_t j = 0; j < near.size(); ++j) {
+      out[near[j]] = combine_eval(m.dtype, yn[j], y64[near[j]]);
+      yn[j] = MatT<float>();
+      y64[near[j]] = Mat();
+    }
   }
   return out;
 }
-
-}  // namespace
 
 void analysis::stack_points(const analysis::Context& c, size_t bi, const std::vector<double>& sizes,
                             const Vec& redundant, double far, std::vector<std::optional<Eval>>& pre,
@@ -139,7 +147,12 @@ void analysis::stack_points(const analysis::Context& c, size_t bi, const std::ve
     which.push_back(i);
   }
   std::vector<double> d;
-  std::vector<std::optional<Eval>> runs = run_near_stacked(*c.ev, pi, values, far, d);
+  std::vector<std::optional<Eval>> runs;
+  try {
+    runs = run_near_stacked(*c.ev, pi, values, far, d);
+  } catch (const std::bad_alloc&) {
+    return;  // (out of memory for the stack: the sweep runs the points one by one)
+  }
   for (size_t j = 0; j < runs.size(); ++j) {
     pre[which[j]] = std::move(runs[j]);
     moved[which[j]] = d[j];
