@@ -849,11 +849,16 @@ std::vector<Mat> StructureSolver::tail_rows(int k, const Trace& tr, const TokenR
   std::map<Eigen::Index, Mat> made;
   if (!missing.empty()) {
     const int w_p = m_.ops[static_cast<size_t>(p)].in;
-    const int chunk = chunk_directions(m_, p, cut, w_p, static_cast<int>(missing.size()), w_p, opt_.chunk_elements);
-    std::vector<Mat> A = tail_jacobian(m_, tr, take_rows(tr, p, cut, missing), p, cut, chunk);
+    // One row at a time: a row's matrix is then the same whichever bias asks for it first, with
+    // whichever other rows (a product's blocking follows its sizes).
+    const int chunk = chunk_directions(m_, p, cut, w_p, 1, w_p, opt_.chunk_elements);
+    double bytes = 0;
+    for (Eigen::Index r : missing) {
+      std::vector<Mat> A = tail_jacobian(m_, tr, take_rows(tr, p, cut, {r}), p, cut, chunk);
+      bytes += double(A[0].size()) * sizeof(double);
+      made[r] = std::move(A[0]);
+    }
     *flops += double(missing.size()) * w_p * per_token_flops(m_, p, cut);
-    const double bytes = double(A[0].size()) * sizeof(double) * double(A.size());
-    for (size_t j = 0; j < missing.size(); ++j) made[missing[j]] = std::move(A[j]);
     if (tail_bytes_ + bytes <= kTailBytes) {  // else used for this bias alone
       tail_bytes_ += bytes;
       cache.merge(made);
@@ -866,10 +871,6 @@ std::vector<Mat> StructureSolver::tail_rows(int k, const Trace& tr, const TokenR
 #endif
 }
 
-bool StructureSolver::tail_made(int k, const TokenRows& sub, int p, int cut) const {
-  const auto it = tails_.find({k, p, cut});
-  return it != tails_.end() && std::all_of(sub.rows.begin(), sub.rows.end(), [&](Eigen::Index r) { return it->second.count(r) > 0; });
-}
 
 namespace {
 
@@ -1125,8 +1126,10 @@ Structure StructureSolver::solve(int param, const std::function<bool()>& cancell
   out.tail_at = tail_p;
   std::vector<Mat> tail;
   // A query bias's rows that start right after its attention take a few columns per head
-  // through the per-token ops (unit_columns): a row's shared tail serves them where another
-  // bias has made it already, and is not made for them alone.
+  // through the per-token ops (unit_columns), or through a row's shared tail where there is one
+  // (tail_point sets one only where other biases share it: made by whichever asks first, the
+  // same matrices in any order, so that the query bias's numbers do not depend on the order the
+  // biases run in, nor on how a split analysis groups them).
   // Taken where it pushes fewer vectors a row than the unit directions: Tk < d.
   const Op& sop = m_.ops[static_cast<size_t>(start)];
   const bool query_rows = kTokenRows && opt_.query_factors && plan.at == start + 1 && query_bias_factorable(sop, param) &&
@@ -1135,7 +1138,7 @@ Structure StructureSolver::solve(int param, const std::function<bool()>& cancell
   auto rows_of = [&](const Trace& tr, int k) {
     if (!kTokenRows || plan.at < 0) return std::optional<TokenRows>();
     std::optional<TokenRows> t(take_rows(tr, plan.at, cut, plan_idx));
-    if (tail_p >= 0 && (!query_rows || tail_made(k, *t, tail_p, cut))) {
+    if (tail_p >= 0) {
       out.tail_at = tail_p;
       tail = tail_rows(k, tr, *t, tail_p, cut, &out.flops);
       t->tail_at = tail_p;

@@ -232,8 +232,6 @@ class StructureSolver {
   // The matrices of input k's rows `sub.rows` (made on the first request, their work added to
   // *flops; kept while they fit).
   std::vector<Mat> tail_rows(int k, const Trace& tr, const TokenRows& sub, int p, int cut, double* flops);
-  // Whether those matrices are kept for every row of sub already.
-  bool tail_made(int k, const TokenRows& sub, int p, int cut) const;
   const Model& m_;
   TracePool& pool_;
   StructureOptions opt_;
