@@ -7,6 +7,7 @@
 // core.
 #pragma once
 
+#include <chrono>
 #include <cmath>
 #include <memory>
 #include <optional>
@@ -178,9 +179,26 @@ struct Results {
   std::optional<Sweep> sweep;
 };
 
+// A split analysis (AnalyzeOptions::split_over; analysis/parts.cpp, nothing in the page's
+// first-load engine). take_part decides the split (AnalyzeOptions) and keeps this engine's part
+// of c.bias_params, the same groups in every engine; part_json runs a helper's sweep and answers
+// its biases' rows, sweep series and work (timing: the laps since t0 so far); add_pending adds to part 0's report what merge_parts needs.
+struct Split {
+  int part = 0, parts = 1;
+  long setup_runs = 0;  // forward passes before the biases
+};
+const char* take_part(Context& c, Split& split);  // an error's message, or nullptr
+json part_json(Context& c, Results& r, const Split& split, json timing, std::chrono::steady_clock::time_point t0);
+void add_pending(const Context& c, const Split& split, json& report);
+
 // The report (report.cpp, the only place that writes its JSON), and its parts.
 json report_json(const Context& c, const Results& r, json timing_ms);
-json bias_rows_json(const Context& c, const std::vector<BiasResult>& biases, const std::vector<FoldResult>& folds);
+// The bias rows of `biases` (c.structures in the same order), before the folds annotate them.
+json bias_rows_json(const Context& c, const std::vector<BiasResult>& biases);
+// absorbed_by, absorbed_into and folds of each bias row, from the report's fold rows.
+void annotate_bias_rows(json& rows, const json& fold_rows);
+// The report's summary counts of verdicts and structural.max_inputs_per_bias, from its bias rows.
+void count_bias_rows(const json& rows, json& report);
 json fold_rows_json(const std::vector<FoldResult>& folds);
 json minimal_model_json(const MinimalModel& mm);
 json invariances_json(const std::vector<Probe>& probes);

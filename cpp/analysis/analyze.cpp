@@ -128,6 +128,9 @@ BIASLAB_COLD json analyze(const ExperimentConfig& cfg, const AnalyzeOptions& opt
     c.ev = std::make_unique<Evaluator>(c.model, c.x);
     for (size_t i = 0; i < c.model.params.size(); ++i)
       if (is_bias_like(c.model.params[i].role)) c.bias_params.push_back(static_cast<int>(i));
+    // A split analysis (analyze.hpp): this engine's part of the biases.
+    Split split;
+    if (const char* e = take_part(c, split)) return error_json({"", e});
 
     // "setup": everything before the analyses (building the weights, the work and memory checks,
     // the input and its base forwards), so that the laps add up to "total".
@@ -143,6 +146,7 @@ BIASLAB_COLD json analyze(const ExperimentConfig& cfg, const AnalyzeOptions& opt
     r.biases = analyse_biases(c);
     c.solver->release_tails();
     lap("biases");
+    if (split.part > 0) return part_json(c, r, split, std::move(timing), t0);  // its sweep too
     if (opt.invariances) r.invariances = analyse_invariances(c);
     lap("invariances");
     if (opt.sweep) r.sweep = analyse_sweep(c);
@@ -165,6 +169,7 @@ BIASLAB_COLD json analyze(const ExperimentConfig& cfg, const AnalyzeOptions& opt
     timing["structure_per_bias"] = per_bias;
     timing["total"] = ms();
     json report = report_json(c, r, std::move(timing));
+    if (split.parts > 1) add_pending(c, split, report);
     if (opt.progress) opt.progress("done", 1.0);
     return report;
   } catch (const Cancelled&) {

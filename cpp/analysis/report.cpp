@@ -101,25 +101,51 @@ json numbers(const std::vector<double>& v) {
 
 }  // namespace
 
-BIASLAB_COLD json bias_rows_json(const Context& c, const std::vector<BiasResult>& biases,
-                                 const std::vector<FoldResult>& folds) {
+BIASLAB_COLD json bias_rows_json(const Context& c, const std::vector<BiasResult>& biases) {
   json rows = json::array();
   for (size_t i = 0; i < biases.size(); ++i) rows.push_back(bias_row_json(biases[i], c.structures[i]));
-  // absorbed_by: the parameter an exact fold first moves a bias into (null when folds only drop
-  // it); absorbed_into: every such parameter; folds: the exact folds that move or drop it.
-  for (const FoldResult& f : folds) {
-    if (!f.exact()) continue;
-    for (const auto& mv : f.applied.moves)
-      for (auto& b : rows)
-        if (b["param"] == mv.from && mv.to != mv.from) {
-          if (!mv.to.empty()) {
-            if (b["absorbed_by"].is_null()) b["absorbed_by"] = mv.to;
-            b["absorbed_into"].push_back(mv.to);
-          }
-          if (b["folds"].empty() || b["folds"].back() != f.candidate.rule->id) b["folds"].push_back(f.candidate.rule->id);
-        }
-  }
   return rows;
+}
+
+BIASLAB_COLD void annotate_bias_rows(json& rows, const json& fold_rows) {
+  using str = const std::string&;
+  for (const json& f : fold_rows) {
+    if (!f["exact"].get<bool>()) continue;
+    str rule = f["rule"].get_ref<str>();
+    for (const json& mv : f["moves"]) {
+      str from = mv["from"].get_ref<str>();
+      const json& to = mv["to"];  // null: the fold drops the parameter
+      if (to.is_string() && to.get_ref<str>() == from) continue;
+      for (json& b : rows) {
+        if (b["param"].get_ref<str>() != from) continue;
+        if (to.is_string()) {
+          if (b["absorbed_by"].is_null()) b["absorbed_by"] = to;
+          b["absorbed_into"].push_back(to);
+        }
+        json& folds = b["folds"];
+        if (folds.empty() || folds.back().get_ref<str>() != rule) folds.push_back(rule);
+      }
+    }
+  }
+}
+
+BIASLAB_COLD void count_bias_rows(const json& rows, json& report) {
+  int red = 0, part = 0, eff = 0, undetermined = 0, samples = 0;
+  for (const json& b : rows) {
+    const std::string& v = b["verdict"].get_ref<const std::string&>();
+    red += v == "redundant";
+    part += v == "partly_redundant";
+    eff += v == "effective";
+    undetermined += v == "undetermined";
+    samples = std::max(samples, b["structure"]["samples"].get<int>());
+  }
+  json& s = report["summary"];
+  s["biases"] = rows.size();
+  s["redundant"] = red;
+  s["partly_redundant"] = part;
+  s["effective"] = eff;
+  s["undetermined"] = undetermined;
+  report["structural"]["max_inputs_per_bias"] = samples;
 }
 
 BIASLAB_COLD json fold_rows_json(const std::vector<FoldResult>& folds) {
@@ -198,19 +224,18 @@ BIASLAB_COLD json report_json(const Context& c, const Results& r, json timing_ms
                      : "max |float32 - float64| of the same forward scaled by 2^-29 (float64/float32 unit roundoff), "
                        "measured per comparison; floor = 8 (r1 + r2), and at least 8 x 2^-29 x the same difference in "
                        "float32 when that is below float32's own floor"}};
-  report["biases"] = bias_rows_json(c, r.biases, r.folds);
+  report["biases"] = bias_rows_json(c, r.biases);
   report["folds"] = fold_rows_json(r.folds);
+  annotate_bias_rows(report["biases"], report["folds"]);
   if (r.minimal) report["minimal_model"] = minimal_model_json(*r.minimal);
   if (r.invariances) report["invariances"] = invariances_json(*r.invariances);
   if (r.sweep) report["sweep"] = sweep_json(*r.sweep);
 
-  int structural_inputs = 0;
-  for (const auto& s : c.structures) structural_inputs = std::max(structural_inputs, s.samples);
   const StructureOptions& so = c.solver->options();
   report["structural"] = {
       {"precision", "float64"},
       {"inputs_made", c.pool->made()},
-      {"max_inputs_per_bias", structural_inputs},
+      {"max_inputs_per_bias", 0},  // (count_bias_rows)
       {"tolerance", "singular value <= 1e-8 x reference (JVP of a random per-token perturbation of the same tensor)"},
       {"stopping_rules",
        "full_rank: the rank reached the bias's size; input_independent: no op on the way treats tokens "
@@ -230,23 +255,17 @@ BIASLAB_COLD json report_json(const Context& c, const Results& r, json timing_ms
                      "the null space are stacked along it alone, so kept_sigma_min then comes from the inputs before "
                      "them (a lower bound)"}};
 
-  int red = 0, part = 0, eff = 0, undetermined = 0;
-  for (const BiasResult& b : r.biases) {
-    red += b.verdict == "redundant";
-    part += b.verdict == "partly_redundant";
-    eff += b.verdict == "effective";
-    undetermined += b.verdict == "undetermined";
-  }
   int exact = 0;
   for (const FoldResult& f : r.folds) exact += f.exact();
   report["summary"] = {{"parameters", count_parameters(c.net)},
-                       {"biases", r.biases.size()},
-                       {"redundant", red},
-                       {"partly_redundant", part},
-                       {"effective", eff},
-                       {"undetermined", undetermined},
+                       {"biases", 0},
+                       {"redundant", 0},
+                       {"partly_redundant", 0},
+                       {"effective", 0},
+                       {"undetermined", 0},
                        {"folds", r.folds.size()},
                        {"exact_folds", exact}};
+  count_bias_rows(report["biases"], report);
   report["timing_ms"] = std::move(timing_ms);
   report["work"] = {{"forward_passes", 2 * c.ev->runs() + c.pool->made()},
                     {"forward_flops", c.forward_work},

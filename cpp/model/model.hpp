@@ -199,8 +199,9 @@ Model compile(const Network& net, bool values = true);
 void lend_values(Model& m);
 void return_values(Model& m);
 
-// Multiply-add count of one forward pass, times 2 (FLOPs), for throughput figures.
-double forward_flops(const Model& m);
+// Multiply-add count of one forward pass, times 2 (FLOPs), for throughput figures; from op
+// `from_op` on (a perturbed run restarts there).
+double forward_flops(const Model& m, int from_op = 0);
 
 // The input the config describes: (B*T, F) drawn from the seed; `stream` selects independent
 // inputs (0 is the experiment's own input; structural checks use 1, 2, ...). With

@@ -206,10 +206,11 @@ BIASLAB_COLD void return_values(Model& m) {
   for (ModelParam& p : m.params) p.value.swap(const_cast<Param*>(p.source)->value);  // (lent: it was empty)
 }
 
-double forward_flops(const Model& m) {
+double forward_flops(const Model& m, int from_op) {
   const double N = double(m.batch) * m.tokens, T = m.tokens;
   double f = 0;
-  for (const Op& op : m.ops) {
+  for (size_t i = static_cast<size_t>(std::max(0, from_op)); i < m.ops.size(); ++i) {
+    const Op& op = m.ops[i];
     if (op.kind == OpKind::linear) f += 2 * N * op.in * op.out;
     if (op.kind == OpKind::conv) f += 2 * N * op.in / op.groups * op.out * op.kernel_h * op.kernel_w;
     if (op.kind == OpKind::attention) {  // q, then k and v (kv_heads / heads as wide), then scores and context

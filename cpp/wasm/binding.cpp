@@ -5,7 +5,9 @@
 //
 // The module's methods (the same names, arguments and answers as before embind):
 //   analyze(config)                                            -> report (Node build only)
-//   analyzeWithCallbacks(config[, {progress(step, fraction), cancelled()}])  -> report
+//   analyzeWithCallbacks(config[, {progress(step, fraction), cancelled(), workers, split(count),
+//                        part, parts}])                      -> report, or one part of it
+//   mergeParts(first, parts)                                   -> report (not in the first-load engine)
 //   schema(), version()                                        -> text
 //   presets()                                                  -> text (Node build only)
 //   exportTorch(config[, title])                               -> {ok, script, weights_base64} or {ok:false, error}
@@ -62,8 +64,31 @@ std::string analyze_with_callbacks(const std::string& config, val callbacks) {
   if (!progress.isUndefined())
     options.progress = [progress](const std::string& step, double fraction) { progress(step, fraction); };
   if (!cancelled.isUndefined()) options.cancelled = [cancelled]() { return cancelled().as<bool>(); };
+#ifndef BIASLAB_LEAN_ENGINE
+  // A split analysis (analyze.hpp): {workers, split(count)} lets it split over that many workers
+  // (the page starts the others when split is called); {part: {index, count}} runs one part.
+  val split = callback(callbacks, "split");
+  if (!split.isUndefined() && callbacks["workers"].isNumber()) {
+    options.split_over = callbacks["workers"].as<int>();
+    options.split = [split](int count) { split(count); };
+  }
+  if (!callbacks.isUndefined() && !callbacks.isNull() && callbacks["part"].isNumber() && callbacks["parts"].isNumber()) {
+    options.part_index = callbacks["part"].as<int>();
+    options.part_count = callbacks["parts"].as<int>();
+  }
+#endif
   return biaslab::analyze_text(config, options).dump();
 }
+
+#ifndef BIASLAB_LEAN_ENGINE
+// The report of a split analysis: part 0's report and the other parts' answers (a JSON array).
+std::string merge_parts(const std::string& first, const std::string& parts) {
+  const json f = json::parse(first, nullptr, false), p = json::parse(parts, nullptr, false);
+  if (f.is_discarded() || !p.is_array())
+    return json{{"ok", false}, {"error", {{"path", ""}, {"message", "internal error: the parts of a split analysis are not JSON"}}}}.dump();
+  return biaslab::merge_parts(f, std::vector<json>(p.begin(), p.end())).dump();
+}
+#endif
 
 std::string analyze(const std::string& config) { return biaslab::analyze_text(config, budgeted()).dump(); }
 
@@ -108,6 +133,9 @@ EMSCRIPTEN_BINDINGS(biaslab) {
   function("analyzeWithCallbacks", &analyze_with_callbacks);
   function("analyzeWithCallbacks", &analyze);
   function("schema", &schema);
+#ifndef BIASLAB_LEAN_ENGINE
+  function("mergeParts", &merge_parts);
+#endif
 #endif
 #ifdef BIASLAB_WASM_EXPORT
   function("exportTorch", &export_torch);

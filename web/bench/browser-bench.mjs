@@ -2,12 +2,14 @@
 // it prints Markdown tables and exits 0 whether or not the goals are met.
 //
 //   node bench/browser-bench.mjs [--loads N] [--edits N] [--big N] [--native PATH] [--dist DIR]
-//                                [--config FILE [--runs N]]
+//                                [--config FILE [--runs N] [--workers N,M,...]]
 //
 // - load:  navigation start to the bias table painted, cold (nothing cached), median of N loads
 // - edit:  a checkbox on the default preset (an immediate edit; number boxes add a 300 ms typing
 //          debounce by design) to the updated table painted, median of N edits (N <= 30: each
 //          edit a new experiment, never one the page's report cache answers)
+// - config: a config of one's own (--config), N runs; with --workers, one page per count
+//          (?workers=N: at most that many workers per analysis), their runs alternated
 // - big:   the article2-key-bias preset (each run with a seed of its own, never a cached
 //          report) analysed in the page's worker, and natively
 //          (build/biaslab_bench --preset article2-key-bias --repeat 1) alternately, N of each,
@@ -32,15 +34,15 @@ import { launch, CHROMIUM } from '../test/support/browser.js';
 import { compressed_sizes, kind, size_markdown } from './sizes.mjs';
 
 const WEB = fileURLToPath(new URL('..', import.meta.url));
-const opts = { loads: 7, edits: 21, big: 5, native: resolve(WEB, '../build/biaslab_bench'), dist: resolve(WEB, 'dist'), config: '', runs: 1 };
+const opts = { loads: 7, edits: 21, big: 5, native: resolve(WEB, '../build/biaslab_bench'), dist: resolve(WEB, 'dist'), config: '', runs: 1, workers: '' };
 const argv = process.argv.slice(2);
 for (let i = 0; i < argv.length; i++) {
   const key = argv[i].replace(/^--/, '');
   if (!(key in opts)) {
-    console.error('usage: node bench/browser-bench.mjs [--loads N] [--edits N] [--big N] [--native PATH] [--dist DIR] [--config FILE [--runs N]]');
+    console.error('usage: node bench/browser-bench.mjs [--loads N] [--edits N] [--big N] [--native PATH] [--dist DIR] [--config FILE [--runs N] [--workers N,M,...]]');
     process.exit(2);
   }
-  opts[key] = typeof opts[key] === 'number' ? Number(argv[++i]) : resolve(argv[++i]);
+  opts[key] = typeof opts[key] === 'number' ? Number(argv[++i]) : key === 'workers' ? argv[++i] : resolve(argv[++i]);
 }
 
 const TYPES = {
@@ -229,16 +231,23 @@ try {
   const mine = [];
   if (opts.config) {
     const base = JSON.parse(await readFile(opts.config, 'utf8'));
-    const page = await open_page();
-    await page.goto(server.url);
-    await wait_analysed(page);
-    for (let i = 0; i < opts.runs; i++) {
-      const text = JSON.stringify({ ...base, seed: 3000 + i });
-      const r = await page.evaluate(TIMED_EDIT, { kind: 'type', selector: '#config-json', value: text });
-      if (!r.ok) throw new Error(`${opts.config} failed in the page: ${await page.textContent('#message')}`);
-      mine.push({ ...r, peak: renderer_peak() });
+    // One page per worker count ('': the page's default), each run a new seed, the counts alternated.
+    const counts = opts.workers ? opts.workers.split(',').map(Number) : [''];
+    const pages = [];
+    for (const w of counts) {
+      const page = await open_page();
+      await page.goto(server.url + (w === '' ? '' : `?workers=${w}`));
+      await wait_analysed(page);
+      pages.push(page);
     }
-    await page.close();
+    for (let i = 0; i < opts.runs; i++)
+      for (const [j, page] of pages.entries()) {
+        const text = JSON.stringify({ ...base, seed: 3000 + i });
+        const r = await page.evaluate(TIMED_EDIT, { kind: 'type', selector: '#config-json', value: text });
+        if (!r.ok) throw new Error(`${opts.config} failed in the page: ${await page.textContent('#message')}`);
+        mine.push({ ...r, peak: renderer_peak(), workers: counts[j] });
+      }
+    for (const page of pages) await page.close();
   }
 
   // Tables.
@@ -271,9 +280,11 @@ try {
   } else if (big.length) {
     console.log(`| native | (no ${opts.native}: build it to get the ratio) | | |`);
   }
-  if (mine.length) {
-    const ms = mine.map((m) => m.worker_ms);
-    console.log(`| ${opts.config.split('/').pop()} in the page's worker (${mine.length} run${mine.length === 1 ? '' : 's'}) | ${fmt(median(ms))} ms (${spread(ms)}); ${fmt(median(mine.map((m) => m.ms)))} ms from the typed config to the painted table (a 300 ms typing delay included); peak resident memory of the page's renderer ${(Math.max(...mine.map((m) => m.peak)) / 1048576).toFixed(0)} MB | | |`);
+  for (const w of [...new Set(mine.map((m) => m.workers))]) {
+    const runs = mine.filter((m) => m.workers === w);
+    const ms = runs.map((m) => m.worker_ms);
+    const where = w === '' ? "the page's worker" : `the page, at most ${w} worker${w === 1 ? '' : 's'}`;
+    console.log(`| ${opts.config.split('/').pop()} in ${where} (${runs.length} run${runs.length === 1 ? '' : 's'}) | ${fmt(median(ms))} ms (${spread(ms)}); ${fmt(median(runs.map((m) => m.ms)))} ms from the typed config to the painted table (a 300 ms typing delay included); peak resident memory of the renderers so far (all pages) ${(Math.max(...runs.map((m) => m.peak)) / 1048576).toFixed(0)} MB | | |`);
   }
   console.log(`| transferred, one cold load (gzip, ${served.length} responses) | ${(sent_gzip / 1024).toFixed(1)} KB in all; wasm + JS ${(budget / 1024).toFixed(1)} KB | wasm + JS < 320 KB | ${yes(budget < 320 * 1024)} |`);
   console.log('\nFiles of one cold load (gzip level 9 as served, brotli quality 11 for comparison):\n');

@@ -45,6 +45,12 @@ export function kind(file) {
   // articles' claims panel: fetched once the engine has started.
   if (/stack-picture[^/]*\.js$/.test(file)) return 'on demand';
   if (/claims[^/]*\.js$/.test(file)) return 'on demand';
+  // A split analysis's helper workers: fetched when the engine first splits an analysis.
+  if (/engine-split[^/]*\.js$/.test(file)) return 'on demand';
+  // A table as Markdown or CSV: fetched on the first download.
+  if (/table-export[^/]*\.js$/.test(file)) return 'on demand';
+  // What an embed (?embed=1) adds: fetched by embedded pages only.
+  if (/\/embed-[^/]*\.js$|^embed-[^/]*\.js$/.test(file)) return 'on demand';
   // Every preset's sentence and config (the menu and the default experiment are in the page's
   // script): fetched once the engine has started, or when a preset is chosen before that.
   if (/_presets[^/]*\.js$/.test(file)) return 'on demand';

@@ -7,6 +7,10 @@
 //   stale result can never overwrite a newer one.
 // - {ok:false} reports become EngineError {path, message}; superseded or cancelled runs reject
 //   with CancelledError, which callers ignore.
+// - A large analysis may split over several workers (the engine decides, from its work and its
+//   memory bound, and posts 'split'): helper workers (engine-split.js), started from the same
+//   compiled module, each run one part of the biases; the first worker runs part 0 and the rest
+//   of the analysis, then merges the parts' answers into the report one engine would give.
 
 export class EngineError extends Error {
   constructor({ path = '', message = 'unknown error' } = {}) {
@@ -36,12 +40,14 @@ async function compile_wasm(url) {
 export class EngineClient {
   /**
    * @param {{glue_url: string, wasm_url: string, full_glue_url?: string, full_wasm_url?: string,
-   *          export_glue_url?: string, export_wasm_url?: string, make_worker: () => Worker}} options
+   *          export_glue_url?: string, export_wasm_url?: string, make_worker: () => Worker,
+   *          workers?: number}} options
    *   full_*: the engine with every kind's arithmetic (convolutions), fetched and compiled for the
    *   first config the first-load engine answers with needs_full_engine;
-   *   export_*: the PyTorch export's module, fetched and compiled on the first export only
+   *   export_*: the PyTorch export's module, fetched and compiled on the first export only;
+   *   workers: how many workers one analysis may run at once (default: the cores, at most 4)
    */
-  constructor({ glue_url, wasm_url, full_glue_url, full_wasm_url, export_glue_url, export_wasm_url, make_worker }) {
+  constructor({ glue_url, wasm_url, full_glue_url, full_wasm_url, export_glue_url, export_wasm_url, make_worker, workers }) {
     this.glue_url = glue_url;
     this.wasm_url = wasm_url;
     this.full_glue_url = full_glue_url;
@@ -51,6 +57,7 @@ export class EngineClient {
     this.export_wasm_url = export_wasm_url;
     this.export_module = null; // Promise<WebAssembly.Module>, once an export was asked for
     this.make_worker = make_worker;
+    this.workers = Math.min(16, Math.max(1, Math.floor(workers ?? Math.min(4, globalThis.navigator?.hardwareConcurrency ?? 1))));
     this.worker = null;
     this.module = null;
     this.next_id = 1;
@@ -119,20 +126,58 @@ export class EngineClient {
     }
     const cur = this.current;
     if (!cur || msg.id !== cur.id) return; // stale: a superseded request
-    if (msg.type === 'progress') cur.on_progress?.(msg.step, msg.fraction);
+    if (msg.type === 'progress') {
+      if (cur.split) cur.split.then((split) => split?.progress(0, msg.step, msg.fraction));
+      else cur.on_progress?.(msg.step, msg.fraction);
+    } else if (msg.type === 'split' && !cur.split)
+      // The engine split the analysis and runs part 0: engine-split.js (fetched on the first
+      // split) starts a worker for each other part.
+      cur.split = import('./engine-split.js').then(
+        ({ Split }) => (this.current === cur ? new Split(this, cur, msg.count) : null),
+        (err) => this._fail_split(cur, new Error(`could not load the split analysis: ${err.message ?? err}`)),
+      );
     else if (msg.type === 'result') {
-      this.current = null;
       let report;
       try {
         report = JSON.parse(msg.report);
       } catch (e) {
+        this.#finish(cur);
         cur.reject(new Error(`the engine returned unreadable JSON: ${e.message}`));
         return;
       }
-      if (report.ok) cur.resolve({ report, ms: msg.ms, round_trip_ms: performance.now() - cur.started });
+      if (report.ok && report.pending) {
+        // Part 0: the merge waits for the other parts.
+        (cur.split ?? Promise.resolve(null)).then((split) => {
+          if (this.current !== cur) return;
+          if (split) split.first(msg.report);
+          else {
+            this.#finish(cur);
+            cur.reject(new Error('the engine split the analysis, and no worker ran the other parts'));
+          }
+        });
+        return;
+      }
+      this.#finish(cur);
+      const round_trip_ms = performance.now() - cur.started;
+      if (report.ok) cur.resolve({ report, ms: cur.split ? round_trip_ms : msg.ms, round_trip_ms });
       else if (report.needs_full_engine && !cur.full && this.full_wasm_url) this.#run_full(cur);
       else cur.reject(new EngineError(report.error));
     }
+  }
+
+  // The request is over (answered, failed or superseded): its helpers go.
+  #finish(cur) {
+    if (this.current === cur) this.current = null;
+    cur.split?.then((split) => split?.terminate());
+  }
+
+  // A split analysis's helpers (engine-split.js): fails request `cur` with `err`, the first
+  // worker (busy with part 0) replaced.
+  _fail_split(cur, err) {
+    if (this.current !== cur) return;
+    this.#replace_worker();
+    this.#finish(cur);
+    cur.reject(err);
   }
 
   // The worker is unusable: fail the running request and start a replacement for the next.
@@ -141,7 +186,7 @@ export class EngineClient {
     worker.terminate();
     this.worker = null;
     const cur = this.current;
-    this.current = null;
+    if (cur) this.#finish(cur);
     cur?.reject(err);
     this.#drop_exports(err);
   }
@@ -171,7 +216,8 @@ export class EngineClient {
     this.full_module.then(
       (wasm_module) => {
         if (this.current !== cur || !this.worker) return; // superseded meanwhile
-        this.worker.postMessage({ type: 'analyze', id: cur.id, config: cur.config, full: { glue_url: this.full_glue_url, wasm_module } });
+        cur.full_engine = { glue_url: this.full_glue_url, wasm_module };
+        this.worker.postMessage({ type: 'analyze', id: cur.id, config: cur.config, full: cur.full_engine, workers: this.workers });
       },
       (err) => {
         if (this.current !== cur) return;
@@ -198,7 +244,7 @@ export class EngineClient {
     const id = this.next_id++;
     return new Promise((resolve, reject) => {
       this.current = { id, resolve, reject, on_progress, started: performance.now(), config: config_text, full: false };
-      this.worker.postMessage({ type: 'analyze', id, config: config_text });
+      this.worker.postMessage({ type: 'analyze', id, config: config_text, workers: this.workers });
     });
   }
 
@@ -237,7 +283,7 @@ export class EngineClient {
 
   #abort(reason) {
     const cur = this.current;
-    this.current = null;
+    this.#finish(cur);
     this.#replace_worker();
     cur.reject(new CancelledError(reason));
   }

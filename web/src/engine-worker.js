@@ -9,8 +9,14 @@
 //                sent again for a config the first-load engine answered with needs_full_engine)
 //               {type:'export', id, config, title, glue_url, wasm_module}  (the PyTorch export's
 //                module: a second, smaller engine that the page fetches on the first export)
+//               analyze also takes workers (the engines the page can run at once: a large
+//                analysis may split over them, and says so with a 'split' message first) or
+//                part and parts (this worker runs that part of a split analysis)
+//                or merge (the other parts' answers, JSON texts: config is then part 0's report,
+//                and the answer the split analysis's report)
 // Messages out: {type:'ready', version, schema}  (schema: JSON text; the presets are page modules)
 //               {type:'progress', id, step, fraction}
+//               {type:'split', id, count}               (the analysis runs as part 0 of count)
 //               {type:'result', id, report, ms}         (report: JSON text)
 //               {type:'exported', id, bundle}           (bundle: JSON text)
 //               {type:'fatal', id?, message}            (the module is unusable; replace the worker)
@@ -88,14 +94,20 @@ function boot_full({ glue_url, wasm_module }) {
   return started;
 }
 
-async function run({ id, config, full: full_engine }) {
-  let m;
+// The engine a message asks for (the first-load one, or the full one it brings); posts 'fatal'
+// and resolves null if it cannot start.
+async function engine_for(id, full_engine) {
   try {
-    m = full_engine ? await (full ??= boot_full(full_engine)) : await engine;
+    return full_engine ? await (full ??= boot_full(full_engine)) : await engine;
   } catch (e) {
     self.postMessage({ type: 'fatal', id, message: `the engine did not start: ${e}` });
-    return;
+    return null;
   }
+}
+
+async function run({ id, config, full: full_engine, workers, part, parts, merge }) {
+  const m = await engine_for(id, full_engine);
+  if (!m) return;
   // Progress arrives between the engine's steps; posting more often than every 40 ms only
   // floods the page.
   let last = -Infinity;
@@ -105,9 +117,12 @@ async function run({ id, config, full: full_engine }) {
     last = now;
     self.postMessage({ type: 'progress', id, step, fraction });
   };
+  const callbacks = { progress };
+  if (workers > 1) Object.assign(callbacks, { workers, split: (count) => self.postMessage({ type: 'split', id, count }) });
+  if (parts > 1) Object.assign(callbacks, { part, parts });
   const t0 = performance.now();
   try {
-    const report = m.analyzeWithCallbacks(config, { progress });
+    const report = merge ? m.mergeParts(config, `[${merge.join(',')}]`) : m.analyzeWithCallbacks(config, callbacks);
     self.postMessage({ type: 'result', id, report, ms: performance.now() - t0 });
   } catch (e) {
     // Only an abort (e.g. memory exhausted) gets here; the C++ side reports all else as JSON.

@@ -20,7 +20,6 @@ import { decode_link, encode_link, LinkError, crc32 } from './share-codec.js';
 import { render_stack_editor, mark_editor_error, error_place, refresh_layer_widths } from './layer-editor.js';
 import { render_results, refresh_plot } from './results.js';
 import { h, clear, copy_text, download } from './dom.js';
-import { start_embed } from './embed.js';
 import { render_glossary, wire_term_tips, prefetch_glossary } from './glossary.js';
 // The preset menu and the default experiment; every preset's sentence and config come in their
 // own module, fetched at start but outside the first load (tools/presets-module.js).
@@ -64,6 +63,9 @@ const EMBED_SECTIONS = ['biases', 'folds', 'stack', 'sweep', 'invariances', 'car
 const DEFAULT_SECTIONS = EMBED_SECTIONS.filter((s) => s !== 'card');
 // Unknown names are ignored; none known left: the default, never an empty page.
 const SHOW = ((asked) => (asked.size ? asked : null))(new Set(EMBED ? (params.get('show') ?? '').split(',').filter((s) => EMBED_SECTIONS.includes(s)) : []));
+// workers=N: at most N workers for one analysis (a large one splits over them); unset: the
+// cores, at most 4. For comparing timings; the reports are the same.
+const WORKERS = Number(params.get('workers')) || undefined;
 const PROGRESS_DELAY_MS = 150; // analyses shorter than this never show a progress bar
 const TYPING_DELAY_MS = 300; // debounce for number boxes and the JSON text
 const STATUS_MS = 4000; // how long a "Link copied." or export notice stays
@@ -131,6 +133,7 @@ async function boot() {
     export_glue_url: new URL(export_glue_url, location.href).href,
     export_wasm_url: new URL(export_wasm_url, location.href).href,
     make_worker: () => new Worker(new URL('./engine-worker.js', import.meta.url), { type: 'classic', name: 'biaslab-engine' }),
+    workers: WORKERS,
   });
   let info;
   try {
@@ -162,7 +165,7 @@ async function boot() {
   note_preset();
   wire_controls();
   render();
-  if (EMBED) start_embed({ open_url: () => full_url() });
+  if (EMBED) import('./embed.js').then(({ start_embed }) => start_embed({ open_url: () => full_url() }));
   analyze_soon(true);
 }
 

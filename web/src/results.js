@@ -8,7 +8,7 @@ let FORMULAS = null;
 const formulas_loaded = import('virtual:formulas').then((m) => (FORMULAS = m.default), () => (FORMULAS = {}));
 
 import { h, clear, download } from './dom.js';
-import { bias_table, fold_table, minimal_table, invariance_table, to_markdown, to_csv, fmt_int, VERDICT_TEXT, VERDICT_MARK, is_undetermined, redundant_dims, undetermined_reason, bias_notes } from './table-model.js';
+import { bias_table, fold_table, minimal_table, invariance_table, fmt_int, VERDICT_TEXT, VERDICT_MARK, is_undetermined, redundant_dims, undetermined_reason, bias_notes } from './table-model.js';
 import { term, column_term } from './glossary.js';
 
 
@@ -99,6 +99,13 @@ const KEY_COLUMNS = {
 };
 const all_columns = new Set();
 
+// A table's Markdown or CSV download (table-export.js, fetched on the first one).
+function save_table(table, stem, ext) {
+  import('./table-export.js').then(({ to_markdown, to_csv }) =>
+    ext === 'md' ? download(`${stem}-${table.id}.md`, to_markdown(table), 'text/markdown') : download(`${stem}-${table.id}.csv`, to_csv(table), 'text/csv'),
+  );
+}
+
 function table_section(table, file_stem, extra_head = null, extra_body = null) {
   const title_id = `table-${table.id}-title`;
   const cells = CELLS[table.id] ?? {};
@@ -124,8 +131,8 @@ function table_section(table, file_stem, extra_head = null, extra_body = null) {
     'span',
     { class: 'exports' },
     more,
-    h('button', { type: 'button', class: 'small', 'aria-label': `Download the ${table.title} table as Markdown`, onclick: () => download(`${file_stem()}-${table.id}.md`, to_markdown(table), 'text/markdown') }, 'Markdown'),
-    h('button', { type: 'button', class: 'small', 'aria-label': `Download the ${table.title} table as CSV`, onclick: () => download(`${file_stem()}-${table.id}.csv`, to_csv(table), 'text/csv') }, 'CSV'),
+    h('button', { type: 'button', class: 'small', 'aria-label': `Download the ${table.title} table as Markdown`, onclick: () => save_table(table, file_stem(), 'md') }, 'Markdown'),
+    h('button', { type: 'button', class: 'small', 'aria-label': `Download the ${table.title} table as CSV`, onclick: () => save_table(table, file_stem(), 'csv') }, 'CSV'),
   );
   const body = table.rows.length
     ? h(

@@ -32,11 +32,15 @@ const FIRST_LOAD = (rows) => rows.filter((r) => ['wasm', 'loader', 'js'].include
 // config that would use them to biaslab-full) brought it to 319.2, the solver's shared code
 // (each new piece's arithmetic went; the guard moved from 319 to 319.5, still under 320). The
 // key bias's exact zero in attention's JVP took it to 319.5; capping wasm-opt's single-caller
-// inlining at 200 nodes instead of 300 brought it to 318.3.
-test('first load: wasm + JS at most 319.5 KB gzip (budget 320), the glossary texts not in it', () => {
+// inlining at 200 nodes instead of 300 brought it to 318.3. Stacking the sweep's points took it to
+// 319.3. Splitting a large analysis over workers took it to 320.9 (the engine's hooks, the
+// client's and the worker's messages); the helpers' code (engine-split.js), the tables' Markdown
+// and CSV writers and the embed's code fetched on demand brought it to 319.8, and the guard moved
+// to 319.9, still under 320: the next addition should find its room on demand first.
+test('first load: wasm + JS at most 319.9 KB gzip (budget 320), the glossary texts not in it', () => {
   const rows = FIRST_LOAD(dist_sizes(DIST));
   const gzip = rows.reduce((a, r) => a + r.gzip, 0) / 1024;
-  assert.ok(gzip <= 319.5, `first-load wasm + JS is ${gzip.toFixed(1)} KB gzip`);
+  assert.ok(gzip <= 319.9, `first-load wasm + JS is ${gzip.toFixed(1)} KB gzip`);
   for (const r of rows.filter((r) => /\.js$/.test(r.file)))
     assert.ok(!readFileSync(resolve(DIST, r.file), 'utf8').includes('Moving the bias by a random vector'), `${r.file} carries the glossary texts`);
 });

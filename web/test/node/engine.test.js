@@ -115,3 +115,47 @@ test('engine: progress is reported and cancellation stops the analysis', () => {
   assert.equal(stopped.ok, false);
   assert.equal(stopped.error.message, 'cancelled');
 });
+
+// A GPT-2-style block wide enough to be worth splitting (analysis/parts.cpp), narrow enough for a test.
+const BLOCK = JSON.stringify({
+  version: 1, seed: 3, dtype: 'float32', shape: { batch: 2, tokens: 16, features: 256 },
+  layers: [
+    { type: 'residual', body: [{ type: 'layernorm' }, { type: 'attention', num_heads: 4, causal: true }] },
+    { type: 'residual', body: [{ type: 'layernorm' }, { type: 'linear', out_features: 1024 }, { type: 'gelu', approximate: 'tanh' }, { type: 'linear', out_features: 256 }] },
+    { type: 'layernorm' },
+  ],
+});
+
+test('engine: a large analysis split over workers merges into the report of one engine', () => {
+  const m = engine.module;
+  const counts = [];
+  const first_text = m.analyzeWithCallbacks(BLOCK, { workers: 3, split: (count) => counts.push(count) });
+  const first = JSON.parse(first_text);
+  assert.equal(first.ok, true, JSON.stringify(first.error));
+  assert.equal(counts.length, 1, 'split is called once');
+  const count = counts[0];
+  assert.ok(count >= 2 && count <= 3, `parts: ${count}`);
+  assert.equal(first.pending.count, count);
+  const parts = [];
+  for (let k = 1; k < count; k++) parts.push(m.analyzeWithCallbacks(BLOCK, { part: k, parts: count }));
+  for (const p of parts) assert.ok(JSON.parse(p).part.biases.length > 0, 'every part has biases');
+  const merged = JSON.parse(m.mergeParts(first_text, `[${parts.join(',')}]`));
+  assert.equal(merged.ok, true, JSON.stringify(merged.error));
+  assert.equal(merged.pending, undefined);
+  assert.equal(merged.timing_ms.parts.length, count - 1);
+  const whole = engine.analyze(BLOCK);
+  for (const r of [merged, whole]) delete r.timing_ms;
+  assert.deepEqual(merged, whole);
+  // Parts of another config do not merge.
+  const other = JSON.parse(BLOCK);
+  other.seed = 4;
+  const foreign = m.analyzeWithCallbacks(JSON.stringify(other), { part: 1, parts: count });
+  const refused = JSON.parse(m.mergeParts(first_text, `[${[foreign, ...parts.slice(1)].join(',')}]`));
+  assert.equal(refused.ok, false);
+  assert.match(refused.error.message, /do not belong together/);
+  // One worker, or a small config: no split.
+  const alone = [];
+  assert.equal(JSON.parse(m.analyzeWithCallbacks(BLOCK, { workers: 1, split: (c) => alone.push(c) })).pending, undefined);
+  assert.equal(JSON.parse(m.analyzeWithCallbacks(presets[0].config, { workers: 4, split: (c) => alone.push(c) })).pending, undefined);
+  assert.deepEqual(alone, []);
+});

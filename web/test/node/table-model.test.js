@@ -3,7 +3,8 @@ import { test } from 'node:test';
 import assert from 'node:assert/strict';
 
 import { load_engine } from '../support/engine.js';
-import { report_tables, to_markdown, to_csv, fmt_num, delta_vs_floor } from '../../src/table-model.js';
+import { report_tables, fmt_num, delta_vs_floor } from '../../src/table-model.js';
+import { to_markdown, to_csv } from '../../src/table-export.js';
 
 const engine = await load_engine();
 const report = engine.analyze(engine.presets().find((p) => p.name === 'default').config);

@@ -4,7 +4,8 @@
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
 
-import { bias_table, to_markdown, to_csv, redundant_dims, is_undetermined, bias_notes } from '../../src/table-model.js';
+import { bias_table, redundant_dims, is_undetermined, bias_notes } from '../../src/table-model.js';
+import { to_markdown, to_csv } from '../../src/table-export.js';
 import { sweep_series } from '../../src/sweep-plot.js';
 
 const REASON =

@@ -1,0 +1,163 @@
+// A split analysis (analyze.hpp, analysis/parts.cpp): the page's workers each analyse a group of
+// the biases, and merge_parts puts their answers together. The merged report must be the one a
+// single engine gives, every number and every word, but for timing_ms.
+#include <string>
+#include <vector>
+
+#include "model/presets.hpp"
+#include "support.hpp"
+
+namespace biaslab::test {
+namespace {
+
+// The report of `cfg` split into `count` parts (each part run as its own analysis, as a worker
+// would), merged.
+json split_report(const ExperimentConfig& cfg, int count, std::vector<json>* parts_out = nullptr) {
+  AnalyzeOptions opt;
+  opt.part_count = count;
+  opt.part_index = 0;
+  const json first = analyze(cfg, opt);
+  std::vector<json> parts;
+  for (int k = 1; k < count; ++k) {
+    opt.part_index = k;
+    parts.push_back(analyze(cfg, opt));
+  }
+  if (parts_out) *parts_out = parts;
+  return merge_parts(first, parts);
+}
+
+json without_timing(json report) {
+  report.erase("timing_ms");
+  return report;
+}
+
+// What differs between two reports, for the failure message: the first few JSON pointers.
+std::string differences(const json& a, const json& b) {
+  std::string out;
+  int shown = 0;
+  for (const json& d : json::diff(a, b)) {
+    if (shown++ == 5) break;
+    out += d.dump() + "\n";
+  }
+  return out;
+}
+
+// A GPT-2-style block, narrow enough for a unit test and wide enough to be worth splitting
+// (about 5 GFLOP of bias work).
+const char* kBlock = R"({"version": 1, "seed": 3, "dtype": "float32", "shape": {"batch": 2, "tokens": 16, "features": 256},
+  "layers": [
+    {"type": "residual", "body": [{"type": "layernorm"}, {"type": "attention", "num_heads": 4, "causal": true}]},
+    {"type": "residual", "body": [{"type": "layernorm"}, {"type": "linear", "out_features": 1024}, {"type": "gelu", "approximate": "tanh"},
+                                  {"type": "linear", "out_features": 256}]},
+    {"type": "layernorm"}]})";
+
+}  // namespace
+
+TEST_CASE("parts: every preset split in 2 and 3 parts merges into the report one engine gives") {
+  int compared = 0;
+  for (const Preset& p : presets()) {
+    CAPTURE(p.name);
+    const ExperimentConfig cfg = config_from(p.config);
+    const json whole = analyze(cfg, AnalyzeOptions{});
+    REQUIRE(whole.value("ok", false));
+    for (int count : {2, 3}) {
+      CAPTURE(count);
+      const json merged = split_report(cfg, count);
+      INFO("merged: " << merged.dump().substr(0, 600));
+      REQUIRE(merged.value("ok", false));
+      CHECK_FALSE(merged.contains("pending"));
+      REQUIRE(merged.at("timing_ms").at("parts").size() == static_cast<size_t>(count - 1));
+      const json a = without_timing(whole), b = without_timing(merged);
+      INFO("differences (whole -> merged):\n" << differences(a, b));
+      CHECK(a == b);
+      ++compared;
+    }
+  }
+  CHECK(compared >= 30);
+}
+
+TEST_CASE("parts: a config worth splitting splits once, into the parts the helpers plan too") {
+  const ExperimentConfig cfg = config_from(kBlock);
+  std::vector<int> asked;
+  AnalyzeOptions opt;
+  opt.split_over = 4;
+  opt.split = [&](int count) { asked.push_back(count); };
+  const json first = analyze(cfg, opt);
+  INFO("first: " << first.dump().substr(0, 600));
+  REQUIRE(first.value("ok", false));
+  REQUIRE(asked.size() == 1);
+  const int count = asked[0];
+  CHECK(count >= 2);
+  CHECK(count <= 4);
+  REQUIRE(first.contains("pending"));
+  CHECK(first["pending"]["count"] == count);
+  // Part 0 analysed only its group: every bias is in some part, none in two.
+  std::vector<json> parts;
+  const json merged = split_report(cfg, count, &parts);
+  size_t rows = first["biases"].size();
+  for (const json& part : parts) {
+    CHECK(part["part"]["biases"].size() > 0);
+    rows += part["part"]["biases"].size();
+  }
+  REQUIRE(merged.value("ok", false));
+  CHECK(rows == merged["biases"].size());
+  // The split the engine chose merges, with the helpers' parts, into the whole report.
+  const json whole = analyze(cfg, AnalyzeOptions{});
+  const json auto_merged = merge_parts(first, parts);
+  INFO("differences (whole -> merged):\n" << differences(without_timing(whole), without_timing(auto_merged)));
+  CHECK(without_timing(whole) == without_timing(auto_merged));
+
+  // Without a split callback, or with one engine, nothing splits.
+  AnalyzeOptions alone;
+  alone.split_over = 4;
+  CHECK_FALSE(analyze(cfg, alone).contains("pending"));
+  // A small config is not worth a second engine.
+  std::vector<int> small_asked;
+  AnalyzeOptions small;
+  small.split_over = 4;
+  small.split = [&](int count) { small_asked.push_back(count); };
+  const json report = analyze(config_from(presets().front().config), small);
+  REQUIRE(report.value("ok", false));
+  CHECK(small_asked.empty());
+  CHECK_FALSE(report.contains("pending"));
+}
+
+TEST_CASE("parts: parts that do not belong together give an error, never a report") {
+  const ExperimentConfig cfg = config_from(kBlock);
+  AnalyzeOptions opt;
+  opt.sweep = false;
+  opt.part_count = 3;
+  const json first = analyze(cfg, opt);
+  REQUIRE(first.contains("pending"));
+  opt.part_index = 1;
+  const json one = analyze(cfg, opt);
+  opt.part_index = 2;
+  const json two = analyze(cfg, opt);
+  REQUIRE(merge_parts(first, {one, two}).value("ok", false));
+  REQUIRE(merge_parts(first, {two, one}).value("ok", false));  // any order
+
+  auto message = [](const json& r) {
+    CHECK_FALSE(r.value("ok", true));
+    return r.value("error", json::object()).value("message", std::string());
+  };
+  CHECK(message(merge_parts(first, {one})).find("missing") != std::string::npos);
+  CHECK(message(merge_parts(first, {one, one})).find("do not belong together") != std::string::npos);
+  // A part of another config (another seed), or of another split.
+  ExperimentConfig other = cfg;
+  other.seed += 1;
+  AnalyzeOptions o2 = opt;
+  o2.part_index = 2;
+  CHECK(message(merge_parts(first, {one, analyze(other, o2)})).find("do not belong together") != std::string::npos);
+  o2.part_count = 4;
+  o2.part_index = 2;
+  CHECK(message(merge_parts(first, {one, analyze(cfg, o2)})).find("do not belong together") != std::string::npos);
+  // A part's own error is the analysis's.
+  const json failed = {{"ok", false}, {"error", {{"path", ""}, {"message", "out of memory"}}}};
+  CHECK(message(merge_parts(first, {one, failed})) == "out of memory");
+  // A part index outside the split.
+  AnalyzeOptions bad = opt;
+  bad.part_index = 3;
+  CHECK(message(analyze(cfg, bad)).find("no such part") != std::string::npos);
+}
+
+}  // namespace biaslab::test
