@@ -66,7 +66,7 @@ std::string analyze_with_callbacks(const std::string& config, val callbacks) {
   if (!cancelled.isUndefined()) options.cancelled = [cancelled]() { return cancelled().as<bool>(); };
 #ifndef BIASLAB_LEAN_ENGINE
   // A split analysis (analyze.hpp): {workers, split(count)} lets it split over that many workers
-  // (the page starts the others when split is called); {part: {index, count}} runs one part.
+  // (the page starts the others when split is called); {part, parts} runs part `part` of `parts`.
   val split = callback(callbacks, "split");
   if (!split.isUndefined() && callbacks["workers"].isNumber()) {
     options.split_over = callbacks["workers"].as<int>();
