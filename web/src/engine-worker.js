@@ -94,20 +94,14 @@ function boot_full({ glue_url, wasm_module }) {
   return started;
 }
 
-// The engine a message asks for (the first-load one, or the full one it brings); posts 'fatal'
-// and resolves null if it cannot start.
-async function engine_for(id, full_engine) {
+async function run({ id, config, full: full_engine, workers, part, parts, merge }) {
+  let m;
   try {
-    return full_engine ? await (full ??= boot_full(full_engine)) : await engine;
+    m = full_engine ? await (full ??= boot_full(full_engine)) : await engine;
   } catch (e) {
     self.postMessage({ type: 'fatal', id, message: `the engine did not start: ${e}` });
-    return null;
+    return;
   }
-}
-
-async function run({ id, config, full: full_engine, workers, part, parts, merge }) {
-  const m = await engine_for(id, full_engine);
-  if (!m) return;
   // Progress arrives between the engine's steps; posting more often than every 40 ms only
   // floods the page.
   let last = -Infinity;
