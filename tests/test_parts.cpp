@@ -160,4 +160,42 @@ TEST_CASE("parts: parts that do not belong together give an error, never a repor
   CHECK(message(analyze(cfg, bad)).find("no such part") != std::string::npos);
 }
 
+TEST_CASE("parts: a row its budget stops is the same in a split") {
+  // A bias's work budget counts the shared tail matrices it uses whether it made them or an
+  // earlier bias of its engine did: where it stops must not follow how the biases are grouped.
+  const ExperimentConfig cfg = config_from(kBlock);
+  int stopped_total = 0, compared = 0;
+  for (double max_flops : {3e8, 1e9}) {
+    CAPTURE(max_flops);
+    AnalyzeOptions opt;
+    opt.sweep = false;
+    opt.structure.max_flops = max_flops;
+    const json whole = analyze(cfg, opt);
+    REQUIRE(whole.value("ok", false));
+    int stopped = 0;
+    for (const json& row : whole["biases"])
+      if (row["structure"].value("stop_rule", "") == "budget") ++stopped;
+    MESSAGE("max_flops " << max_flops << ": " << stopped << " of " << whole["biases"].size() << " rows stopped on the budget");
+    stopped_total += stopped;
+    for (int count : {2, 3}) {
+      CAPTURE(count);
+      AnalyzeOptions part = opt;
+      part.part_count = count;
+      std::vector<json> parts;
+      for (int k = 1; k < count; ++k) {
+        part.part_index = k;
+        parts.push_back(analyze(cfg, part));
+      }
+      part.part_index = 0;
+      const json merged = merge_parts(analyze(cfg, part), parts);
+      REQUIRE(merged.value("ok", false));
+      INFO("differences (whole -> merged):\n" << differences(without_timing(whole), without_timing(merged)));
+      CHECK(without_timing(whole) == without_timing(merged));
+      ++compared;
+    }
+  }
+  CHECK(stopped_total > 0);  // (else this tests nothing the preset test does not)
+  CHECK(compared == 4);
+}
+
 }  // namespace biaslab::test

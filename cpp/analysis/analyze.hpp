@@ -32,7 +32,7 @@ struct AnalyzeOptions {
   // group and everything else (invariances, folds, the smallest model) and answers a report with
   // a "pending" section; part k > 0 answers only its group's bias rows and sweep series (a
   // "part"); merge_parts() puts them together into the report one engine would have given, the
-  // same but for timing_ms (and, for now, a row stopped by its work budget: README, "Workers").
+  // same but for timing_ms.
   //   split_over > 1: the caller has that many engines; analyze() splits the analysis into as many
   //   parts as its work is worth (at most split_over, and as many as the memory bound lets run at
   //   once in 2 GB), calls split(count) when that is more than one, and goes on as part 0.

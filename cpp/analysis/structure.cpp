@@ -858,12 +858,14 @@ std::vector<Mat> StructureSolver::tail_rows(int k, const Trace& tr, const TokenR
       bytes += double(A[0].size()) * sizeof(double);
       made[r] = std::move(A[0]);
     }
-    *flops += double(missing.size()) * w_p * per_token_flops(m_, p, cut);
     if (tail_bytes_ + bytes <= kTailBytes) {  // else used for this bias alone
       tail_bytes_ += bytes;
       cache.merge(made);
     }
   }
+  // Every bias pays for the rows it uses, made now or by an earlier bias: its budget, and so where
+  // it stops, does not depend on which biases ran before it (in this engine or another part's).
+  *flops += double(sub.rows.size()) * m_.ops[static_cast<size_t>(p)].in * per_token_flops(m_, p, cut);
   std::vector<Mat> out;
   out.reserve(sub.rows.size());
   for (Eigen::Index r : sub.rows) out.push_back(made.count(r) ? made.at(r) : cache.at(r));
