@@ -49,6 +49,9 @@ export function kind(file) {
   if (/engine-split[^/]*\.js$/.test(file)) return 'on demand';
   // A table as Markdown or CSV: fetched on the first download.
   if (/table-export[^/]*\.js$/.test(file)) return 'on demand';
+  // The full engine's and the PyTorch export's page code: fetched on the first config with a
+  // convolution, or the first export.
+  if (/engine-modules[^/]*\.js$|torch-download[^/]*\.js$/.test(file)) return 'on demand';
   // What an embed (?embed=1) adds: fetched by embedded pages only.
   if (/\/embed-[^/]*\.js$|^embed-[^/]*\.js$/.test(file)) return 'on demand';
   // Every preset's sentence and config (the menu and the default experiment are in the page's

@@ -10,7 +10,9 @@
 // - A large analysis may split over several workers (the engine decides, from its work and its
 //   memory bound, and posts 'split'): helper workers (engine-split.js), started from the same
 //   compiled module, each run one part of the biases; the first worker runs part 0 and the rest
-//   of the analysis, then merges the parts' answers into the report one engine would give.
+//   of the analysis, then merges the parts' answers into the report one engine would give. If a
+//   worker of a split fails (most likely its memory: the engines of a split run at once), the
+//   analysis runs again on one worker, once.
 
 export class EngineError extends Error {
   constructor({ path = '', message = 'unknown error' } = {}) {
@@ -28,7 +30,7 @@ export class CancelledError extends Error {
   }
 }
 
-async function compile_wasm(url) {
+export async function compile_wasm(url) {
   const response = await fetch(url);
   if (!response.ok) throw new Error(`could not load ${url}: HTTP ${response.status}`);
   // compileStreaming needs the application/wasm type; some static hosts send another one.
@@ -128,15 +130,19 @@ export class EngineClient {
     if (!cur || msg.id !== cur.id) return; // stale: a superseded request
     if (msg.type === 'progress') {
       if (cur.split) cur.split.then((split) => split?.progress(0, msg.step, msg.fraction));
-      else cur.on_progress?.(msg.step, msg.fraction);
-    } else if (msg.type === 'split' && !cur.split)
+      else {
+        Object.assign(cur, { step: msg.step, fraction: msg.fraction }); // (where a split starts from)
+        cur.on_progress?.(msg.step + (cur.unsplit ?? ''), msg.fraction);
+      }
+    } else if (msg.type === 'split' && !cur.split && !cur.unsplit) {
       // The engine split the analysis and runs part 0: engine-split.js (fetched on the first
       // split) starts a worker for each other part.
-      cur.split = import('./engine-split.js').then(
-        ({ Split }) => (this.current === cur ? new Split(this, cur, msg.count) : null),
-        (err) => this._fail_split(cur, new Error(`could not load the split analysis: ${err.message ?? err}`)),
+      const split = import('./engine-split.js').then(
+        ({ Split }) => (this.current === cur && cur.split === split ? new Split(this, cur, msg.count) : null),
+        (err) => cur.split === split && this._split_failed(cur, new Error(`could not load the split analysis: ${err.message ?? err}`)),
       );
-    else if (msg.type === 'result') {
+      cur.split = split;
+    } else if (msg.type === 'result') {
       let report;
       try {
         report = JSON.parse(msg.report);
@@ -147,8 +153,9 @@ export class EngineClient {
       }
       if (report.ok && report.pending) {
         // Part 0: the merge waits for the other parts.
-        (cur.split ?? Promise.resolve(null)).then((split) => {
-          if (this.current !== cur) return;
+        const pending = cur.split;
+        (pending ?? Promise.resolve(null)).then((split) => {
+          if (this.current !== cur || cur.split !== pending) return; // (or run again unsplit meanwhile)
           if (split) split.first(msg.report);
           else {
             this.#finish(cur);
@@ -160,8 +167,20 @@ export class EngineClient {
       this.#finish(cur);
       const round_trip_ms = performance.now() - cur.started;
       if (report.ok) cur.resolve({ report, ms: cur.split ? round_trip_ms : msg.ms, round_trip_ms });
-      else if (report.needs_full_engine && !cur.full && this.full_wasm_url) this.#run_full(cur);
-      else cur.reject(new EngineError(report.error));
+      else if (report.needs_full_engine && !cur.full && this.full_wasm_url) {
+        // The same request again, on the engine with the convolutions' arithmetic
+        // (engine-modules.js); still running, a newer analysis supersedes it as any other.
+        Object.assign(cur, { full: true, split: null });
+        this.current = cur;
+        import('./engine-modules.js').then(
+          (m) => m.run_full(this, cur),
+          (err) => {
+            if (this.current !== cur) return;
+            this.current = null;
+            cur.reject(new Error(`could not load the full engine: ${err.message ?? err}`));
+          },
+        );
+      } else cur.reject(new EngineError(report.error));
     }
   }
 
@@ -171,18 +190,29 @@ export class EngineClient {
     cur.split?.then((split) => split?.terminate());
   }
 
-  // A split analysis's helpers (engine-split.js): fails request `cur` with `err`, the first
-  // worker (busy with part 0) replaced.
-  _fail_split(cur, err) {
-    if (this.current !== cur) return;
+  // A worker of split analysis `cur` failed (a helper: engine-split.js; or the first worker).
+  // The engines of a split run at once, so one engine may well fit where they did not: the
+  // analysis runs again on one worker, the first one replaced, and never splits again (a
+  // failure then is the analysis's own). Late news from the abandoned split is dropped.
+  _split_failed(cur, err) {
+    if (this.current !== cur || !cur.split) return;
+    cur.split.then((s) => s?.terminate());
     this.#replace_worker();
-    this.#finish(cur);
-    cur.reject(err);
+    // (unsplit: what the progress line says from now on)
+    Object.assign(cur, { split: null, unsplit: `, again on one worker (a worker of the split failed: ${err.message})` });
+    cur.on_progress?.(`analysing${cur.unsplit}`, 0);
+    const message = { type: 'analyze', id: cur.id, config: cur.config, workers: 1 };
+    this.worker.postMessage(cur.full_engine ? { ...message, full: cur.full_engine } : message);
   }
 
-  // The worker is unusable: fail the running request and start a replacement for the next.
+  // The worker is unusable: fail the running request (a split one runs again on one worker); the
+  // next request starts a new worker.
   #fail(worker, err) {
     if (worker !== this.worker) return;
+    if (this.current?.split) {
+      this._split_failed(this.current, err);
+      return;
+    }
     worker.terminate();
     this.worker = null;
     const cur = this.current;
@@ -203,28 +233,10 @@ export class EngineClient {
     this.#spawn().catch(() => {});
   }
 
-  // The same request again, on the engine with the convolutions' arithmetic (fetched and compiled
-  // once; a worker that replaces this one instantiates it again when it needs it).
-  #run_full(cur) {
-    cur.full = true;
-    this.current = cur; // still running: a newer analysis supersedes it as any other
-    if (!this.full_module) {
-      this.full_module = compile_wasm(this.full_wasm_url);
-      this.full_module.catch(() => (this.full_module = null)); // a failed fetch may be retried
-    }
-    cur.on_progress?.('loading the full engine', 0);
-    this.full_module.then(
-      (wasm_module) => {
-        if (this.current !== cur || !this.worker) return; // superseded meanwhile
-        cur.full_engine = { glue_url: this.full_glue_url, wasm_module };
-        this.worker.postMessage({ type: 'analyze', id: cur.id, config: cur.config, full: cur.full_engine, workers: this.workers });
-      },
-      (err) => {
-        if (this.current !== cur) return;
-        this.current = null;
-        cur.reject(new Error(`could not load the full engine: ${err.message ?? err}`));
-      },
-    );
+  /** The worker, a new one if the last was dropped (engine-modules.js too). */
+  _worker() {
+    if (!this.worker) this.#spawn().catch(() => {});
+    return this.worker;
   }
 
   /** True while an analysis is running. */
@@ -240,11 +252,10 @@ export class EngineClient {
    */
   analyze(config_text, { on_progress } = {}) {
     if (this.current) this.#abort('superseded by a newer analysis');
-    if (!this.worker) this.#spawn().catch(() => {});
     const id = this.next_id++;
     return new Promise((resolve, reject) => {
       this.current = { id, resolve, reject, on_progress, started: performance.now(), config: config_text, full: false };
-      this.worker.postMessage({ type: 'analyze', id, config: config_text, workers: this.workers });
+      this._worker().postMessage({ type: 'analyze', id, config: config_text, workers: this.workers });
     });
   }
 
@@ -255,25 +266,11 @@ export class EngineClient {
    * @param {string} [title]
    */
   export_torch(config_text, title = '') {
-    const id = this.next_id++;
-    if (!this.export_module) {
-      this.export_module = compile_wasm(this.export_wasm_url);
-      this.export_module.catch(() => (this.export_module = null)); // a failed fetch may be retried
-    }
-    return new Promise((resolve, reject) => {
-      this.exports.set(id, { resolve, reject });
-      this.export_module.then(
-        (wasm_module) => {
-          if (!this.exports.has(id)) return; // dropped meanwhile (the worker was replaced)
-          if (!this.worker) this.#spawn().catch(() => {});
-          this.worker.postMessage({ type: 'export', id, config: config_text, title, glue_url: this.export_glue_url, wasm_module });
-        },
-        (err) => {
-          this.exports.delete(id);
-          reject(new Error(`could not load the PyTorch export: ${err.message ?? err}`));
-        },
-      );
-    });
+    // engine-modules.js (fetched on the first export) fetches and compiles the export's module.
+    return import('./engine-modules.js').then(
+      (m) => m.export_torch(this, config_text, title),
+      (err) => Promise.reject(new Error(`could not load the PyTorch export: ${err.message ?? err}`)),
+    );
   }
 
   /** Stops the running analysis, if any; its promise rejects with CancelledError(reason). */

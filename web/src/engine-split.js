@@ -5,37 +5,42 @@ import { EngineError } from './engine-client.js';
 // 0 in the first worker; each other part gets a helper worker, started from the module the
 // first worker runs. When part 0's report and every other part are in, the first worker merges
 // them into the report. Each helper is terminated as soon as its part is in (a wasm memory
-// never shrinks), or by terminate().
+// never shrinks), or by terminate(). A helper that fails hands the analysis back to the client,
+// which runs it again on one worker.
 
 export class Split {
   /**
    * @param {import('./engine-client.js').EngineClient} client
-   * @param {object} cur  the client's request: {id, config, full_engine?, on_progress?, reject}
+   * @param {object} cur  the client's request: {id, config, full_engine?, on_progress?, reject,
+   *   step?, fraction?} (step, fraction: the first worker's last progress)
    * @param {number} count  the parts, part 0 included
    */
   constructor(client, cur, count) {
-    Object.assign(this, { client, cur, first_report: null, step: '' });
+    // Progress goes on from where the first worker's was (its step, and its fraction as part 0's).
+    Object.assign(this, { client, cur, first_report: null, step: cur.step || 'analysing', shown: cur.fraction ?? 0 });
     this.parts = new Array(count).fill(null);
     this.fractions = new Array(count).fill(0);
+    this.fractions[0] = this.shown;
     this.helpers = [];
-    const fail = (err) => client._fail_split(cur, err);
+    // (a helper terminated already, or a split given up, has no say)
+    const fail = (helper, err) => this.helpers.includes(helper) && client._split_failed(cur, err);
     for (let k = 1; k < count; k++) {
       const helper = client.make_worker();
       this.helpers.push(helper);
       helper.onmessage = ({ data: msg }) => {
         if (msg.id !== cur.id || !this.helpers.includes(helper)) return;
         if (msg.type === 'progress') this.progress(k, '', msg.fraction);
-        else if (msg.type === 'fatal') fail(new Error(msg.message));
+        else if (msg.type === 'fatal') fail(helper, new Error(msg.message));
         else if (msg.type === 'result') {
           let answer;
           try {
             answer = JSON.parse(msg.report);
           } catch (e) {
-            fail(new Error(`the engine returned unreadable JSON: ${e.message}`));
+            fail(helper, new Error(`the engine returned unreadable JSON: ${e.message}`));
             return;
           }
           if (!answer.ok) {
-            fail(new EngineError(answer.error));
+            fail(helper, new EngineError(answer.error));
             return;
           }
           this.parts[k] = msg.report;
@@ -47,7 +52,7 @@ export class Split {
       };
       helper.onerror = (event) => {
         event.preventDefault?.();
-        fail(new Error(`an engine worker failed: ${event.message ?? 'unknown error'}`));
+        fail(helper, new Error(`an engine worker failed: ${event.message ?? 'unknown error'}`));
       };
       // The helper runs the module the first worker runs (the full engine, or the first one).
       const message = { type: 'analyze', id: cur.id, config: cur.config, part: k, parts: count };
@@ -57,14 +62,19 @@ export class Split {
         helper.postMessage(message);
       }
     }
+    this.progress(0, '', this.shown);
   }
 
-  /** Progress of part k: the first worker's step, and the parts' mean fraction. */
+  /**
+   * Progress of part k: the first worker's step, and the parts' mean fraction (never going back:
+   * the helpers start at 0 when part 0 is already on its way).
+   */
   progress(k, step, fraction) {
     this.fractions[k] = fraction;
-    if (k === 0) this.step = step;
+    if (k === 0 && step) this.step = step;
     const mean = this.fractions.reduce((a, b) => a + b, 0) / this.fractions.length;
-    this.cur.on_progress?.(`${this.step}, on ${this.fractions.length} workers`, mean);
+    this.shown = Math.max(this.shown, mean);
+    this.cur.on_progress?.(`${this.step}, on ${this.fractions.length} workers`, this.shown);
   }
 
   /** Part 0's report (with its pending section). */

@@ -82,6 +82,8 @@ const state = {
   error: null,
   /** A message about the link that opened the page (shown above the default experiment). */
   link_notice: null,
+  /** A module fetched on demand that did not arrive: why (its part of the page stays unfinished). */
+  missing: null,
   /** Set when the reader cancelled: the results shown belong to an earlier experiment. */
   cancelled: false,
   /** The last good report and the config text it answers. */
@@ -119,6 +121,13 @@ const shown = { form: null, form_error: null, widths: null, json: null, presets:
 
 async function boot() {
   performance.mark('biaslab:boot');
+  // A module fetched on demand (a table's export, a plot, the glossary...) that does not arrive,
+  // because the network went away or the site changed since this page loaded: said once, here.
+  addEventListener('unhandledrejection', ({ reason }) => {
+    if (!/imported module|module script/i.test(reason?.message)) return;
+    state.missing = reason.message;
+    render();
+  });
   apply_theme_choice();
   if (EMBED) document.documentElement.classList.add('embed');
   // show=: the chosen sections only, under one compact title line (style.css, .embed-only).
@@ -303,7 +312,7 @@ function file_stem(config = state.config) {
 function render_message() {
   const box = $('message');
   const e = state.error;
-  const key = JSON.stringify([state.link_notice, state.cancelled, e, Boolean(state.report)]);
+  const key = JSON.stringify([state.link_notice, state.missing, state.cancelled, e, Boolean(state.report)]);
   if (shown.message === key) return; // unchanged: keep its buttons (and their focus)
   shown.message = key;
   const parts = [];
@@ -339,6 +348,7 @@ function render_message() {
       ),
     );
   }
+  if (state.missing) parts.push(h('p', { class: 'error-text' }, `Part of the page did not load (${state.missing}): reload the page.`));
   clear(box, parts);
   box.hidden = parts.length === 0;
 }
@@ -813,24 +823,18 @@ function wire_controls() {
     const stem = state.report_text === config_key() ? file_stem() : file_stem(JSON.parse(state.report_text));
     download(`${stem}-report.json`, JSON.stringify(state.report, null, 2) + '\n', 'application/json');
   });
-  $('download-torch').addEventListener('click', async () => {
-    const button = $('download-torch');
-    button.disabled = true;
-    flash_status('export', 'Writing the PyTorch script and weights…');
-    try {
-      const stem = file_stem();
-      // The script's title names the preset the experiment matches, as the CLI's does.
-      const preset = matching_preset();
-      const bundle = await engine.export_torch(config_text(), preset ? `${preset.name} (${preset.title})` : '');
-      download(`${stem}.py`, bundle.script, 'text/x-python');
-      const bytes = Uint8Array.from(atob(bundle.weights_base64), (c) => c.charCodeAt(0));
-      download(`${stem}.safetensors`, new Blob([bytes], { type: 'application/octet-stream' }));
-      flash_status('export', `Saved ${stem}.py and ${stem}.safetensors: run python3 ${stem}.py ${stem}.safetensors`);
-    } catch (e) {
-      flash_status('export', `Export failed: ${e.message}`);
-    } finally {
-      button.disabled = false;
-    }
+  $('download-torch').addEventListener('click', () => {
+    // The script's title names the preset the experiment matches, as the CLI's does.
+    const preset = matching_preset();
+    const job = { engine, button: $('download-torch'), config_text: config_text(), stem: file_stem(), title: preset ? `${preset.name} (${preset.title})` : '', say: (text) => flash_status('export', text) };
+    job.button.disabled = true; // (from the click on: the module may take a moment)
+    import('./torch-download.js').then(
+      (m) => m.download_torch(job),
+      (err) => {
+        job.button.disabled = false;
+        throw err; // (said by the missing-module notice)
+      },
+    );
   });
   // In-page links (the skip link) move focus without touching the fragment: it holds the
   // experiment, and "#results" there read as a broken link that replaced the experiment.

@@ -456,6 +456,30 @@ test('page: the experiment downloads as a PyTorch script and its safetensors wei
   await page.close();
 });
 
+test('page: a module fetched on demand that does not arrive is said, and the page goes on', async () => {
+  // As when the site was updated after this page loaded: the table export's and the PyTorch
+  // export's code are no longer on the server.
+  const { page, problems } = await open(server.url);
+  await page.route(/(table-export|torch-download)-[^/]*\.js$/, (route) => route.fulfill({ status: 404, body: 'gone' }));
+  await page.click('#section-biases .exports button:has-text("Markdown")');
+  await page.waitForSelector('#message:not([hidden])');
+  const text = await page.textContent('#message');
+  assert.match(text, /Part of the page did not load \(.*table-export.*\): reload the page\./);
+  // The PyTorch export's button says the same; the tables and the editor still work.
+  await page.click('#download-torch');
+  await page.waitForFunction(() => /torch-download/.test(document.getElementById('message').textContent));
+  assert.equal(await page.isDisabled('#download-torch'), false);
+  const n = await analyses(page);
+  const json = await page.inputValue('#config-json');
+  assert.match(json, /"seed": \d+/);
+  await page.fill('#config-json', json.replace(/"seed": \d+/, '"seed": 12345'));
+  await page.waitForFunction((n) => Number(document.documentElement.dataset.analyses ?? 0) > n, n, { timeout: 60000 });
+  assert.ok(await page.$('table.table-biases'));
+  // The only problems logged are the two missing files (their 404s, as the console says them).
+  assert.deepEqual(problems.filter((p) => !/table-export|torch-download|status of 404/.test(p)), []);
+  await page.close();
+});
+
 test('page: keyboard only: skip link first, a layer can be added with Enter', async () => {
   const { page } = await open(server.url);
   await page.keyboard.press('Tab');

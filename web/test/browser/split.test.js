@@ -66,3 +66,35 @@ test('split: an edit while a split analysis runs supersedes it, and the page ans
   assert.deepEqual(problems, []);
   await page.close();
 });
+
+test('split: a helper worker that fails hands the analysis to one worker, which answers it', async () => {
+  const engine = await load_engine();
+  const whole = engine.analyze(BLOCK);
+  const { page, problems } = await env.open('?workers=2');
+  // The next engine worker the page starts is the split's helper: its script throws at once, as
+  // a worker that dies would. Every later one is served as usual.
+  let started = 0;
+  await page.route(/engine-worker[^/]*\.js$/, (route) => {
+    if (++started === 1) return route.fulfill({ contentType: 'text/javascript', body: "throw new Error('a helper that died');" });
+    return route.continue();
+  });
+  const steps = [];
+  await page.exposeFunction('record_step', (text) => steps.push(text));
+  await page.evaluate(() => {
+    const text = document.getElementById('progress-text');
+    new MutationObserver(() => window.record_step(text.textContent)).observe(text, { childList: true, characterData: true, subtree: true });
+  });
+  await after_analysis(page, () => page.fill('#config-json', JSON.stringify(BLOCK, null, 2)));
+  assert.ok(started >= 2, `engine workers started after the first: ${started}`);
+  assert.equal(await page.isHidden('#message'), true, await page.textContent('#message'));
+  assert.ok(steps.some((s) => /, again on one worker \(a worker of the split failed: .*a helper that died/.test(s)), steps.join('\n'));
+  const report = await report_of(page);
+  assert.equal(report.timing_ms.parts, undefined, 'answered by one worker');
+  const a = structuredClone(report), b = structuredClone(whole);
+  delete a.timing_ms;
+  delete b.timing_ms;
+  assert.deepEqual(a, b);
+  // The dead helper's own error is the only problem the page logs.
+  assert.deepEqual(problems.filter((p) => !/a helper that died/.test(p)), []);
+  await page.close();
+});
