@@ -64,7 +64,7 @@ export class EngineClient {
     this.module = null;
     this.next_id = 1;
     this.current = null; // {id, resolve, reject, on_progress, started}
-    this.exports = new Map(); // id -> {resolve, reject}: PyTorch exports waiting for the worker
+    this.exports = new Map(); // id -> {resolve, reject, message?}: PyTorch exports waiting for the worker
   }
 
   /** Compiles the module and starts the first worker; resolves with the engine's static data. */
@@ -226,11 +226,12 @@ export class EngineClient {
     this.exports.clear();
   }
 
+  // (an export posted to the old worker goes to the new one: an edit or a Cancel stops the
+  // analysis, not the export)
   #replace_worker() {
-    this.#drop_exports(new CancelledError('the engine was restarted'));
     this.worker?.terminate();
-    this.worker = null;
     this.#spawn().catch(() => {});
+    for (const { message } of this.exports.values()) if (message) this.worker.postMessage(message);
   }
 
   /** The worker, a new one if the last was dropped (engine-modules.js too). */
@@ -261,7 +262,8 @@ export class EngineClient {
 
   /**
    * The experiment as a PyTorch script plus its weights: resolves {script, weights_base64};
-   * rejects EngineError for an invalid config, CancelledError if the worker is replaced first.
+   * rejects EngineError for an invalid config, or the worker's error if it fails (a worker
+   * replaced by an edit or a Cancel hands the export to the next).
    * @param {string} config_text
    * @param {string} [title]
    */

@@ -37,9 +37,9 @@ export function run_full(client, cur) {
 
 /**
  * The experiment as a PyTorch script plus its weights (EngineClient.export_torch): resolves
- * {script, weights_base64}; rejects EngineError for an invalid config, CancelledError if the
- * worker is replaced first. Answered with its own id: an export never supersedes an analysis,
- * it waits for the worker like any message.
+ * {script, weights_base64}; rejects EngineError for an invalid config, or the worker's error if
+ * it fails. Answered with its own id: an export never supersedes an analysis, it waits for the
+ * worker like any message (and follows it to the worker that replaces it).
  */
 export function export_torch(client, config_text, title) {
   const id = client.next_id++;
@@ -48,8 +48,11 @@ export function export_torch(client, config_text, title) {
     client.exports.set(id, { resolve, reject });
     module.then(
       (wasm_module) => {
-        if (!client.exports.has(id)) return; // dropped meanwhile (the worker was replaced)
-        client._worker().postMessage({ type: 'export', id, config: config_text, title, glue_url: client.export_glue_url, wasm_module });
+        const waiting = client.exports.get(id);
+        if (!waiting) return; // dropped meanwhile (the worker failed)
+        // (kept: a worker that replaces this one gets it again)
+        waiting.message = { type: 'export', id, config: config_text, title, glue_url: client.export_glue_url, wasm_module };
+        client._worker().postMessage(waiting.message);
       },
       (err) => {
         client.exports.delete(id);

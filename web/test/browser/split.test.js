@@ -1,6 +1,6 @@
 // A large analysis split over the page's workers (engine-client.js, analysis/parts.cpp): the
-// report the page shows and downloads is the one a single engine gives, but for its timings.
-// Real Chromium, real engine, built page.
+// report the page shows and downloads is the one a single engine gives, but for its timings; a
+// worker that fails or is replaced loses no answer. Real Chromium, real engine, built page.
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import { readFile } from 'node:fs/promises';
@@ -96,5 +96,30 @@ test('split: a helper worker that fails hands the analysis to one worker, which 
   assert.deepEqual(a, b);
   // The dead helper's own error is the only problem the page logs.
   assert.deepEqual(problems.filter((p) => !/a helper that died/.test(p)), []);
+  await page.close();
+});
+
+test('workers: an export waiting behind an analysis goes on when an edit replaces the worker', async () => {
+  const { page, problems } = await env.open('?workers=1');
+  const saved = [];
+  page.on('download', (d) => saved.push(d.suggestedFilename()));
+  // A long analysis runs; the export queues behind it in the worker; an edit then supersedes the
+  // analysis, which terminates that worker.
+  await page.fill('#config-json', JSON.stringify(BLOCK, null, 2));
+  await page.waitForFunction(() => document.documentElement.dataset.analyses !== undefined && !document.getElementById('progress').hidden, null, { timeout: 30000 });
+  await page.click('#download-torch');
+  await page.waitForFunction(() => /Writing the PyTorch/.test(document.getElementById('export-status').textContent));
+  const small = structuredClone(BLOCK);
+  small.shape.features = 32;
+  small.layers[0].body[1].num_heads = 2;
+  small.layers[1].body[1].out_features = 64;
+  small.layers[1].body[3].out_features = 32;
+  await page.fill('#config-json', JSON.stringify(small, null, 2));
+  await page.waitForFunction(() => /^(Saved|Export failed)/.test(document.getElementById('export-status').textContent), null, { timeout: 60000 });
+  const status = await page.textContent('#export-status');
+  assert.match(status, /^Saved biaslab-custom-\w+\.py and/, status);
+  for (let i = 0; i < 50 && saved.length < 2; ++i) await page.waitForTimeout(100);
+  assert.deepEqual(saved.map((n) => n.replace(/^biaslab-custom-\w+/, 'x')).sort(), ['x.py', 'x.safetensors']);
+  assert.deepEqual(problems, []);
   await page.close();
 });
