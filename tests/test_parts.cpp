@@ -1,8 +1,13 @@
 // A split analysis (analyze.hpp, analysis/parts.cpp): the page's workers each analyse a group of
 // the biases, and merge_parts puts their answers together. The merged report must be the one a
-// single engine gives, every number and every word, but for timing_ms.
+// single engine gives, every number and every word, but for timing_ms. The same work estimate
+// decides how many threads a native analysis uses.
 #include <string>
 #include <vector>
+
+#ifdef _OPENMP
+#include <omp.h>
+#endif
 
 #include "model/presets.hpp"
 #include "support.hpp"
@@ -196,6 +201,38 @@ TEST_CASE("parts: a row its budget stops is the same in a split") {
   }
   CHECK(stopped_total > 0);  // (else this tests nothing the preset test does not)
   CHECK(compared == 4);
+}
+
+
+TEST_CASE("parts: the work estimate decides the threads; the caller's count comes back") {
+  // Natively, an analysis estimated under kThreadsMinWork runs on one thread whatever OpenMP
+  // offers; a larger one keeps every thread. The work is the split's estimate, so every part of
+  // a split decides alike.
+#ifdef _OPENMP
+  const int before = omp_get_max_threads();
+  omp_set_num_threads(2);
+  AnalyzeOptions opt;
+  opt.sweep = false;
+  opt.invariances = false;
+  opt.folds = false;
+  auto threads = [&](const char* preset, const AnalyzeOptions& o) {
+    const json r = analyze(config_from(find_preset(preset)->config), o);
+    REQUIRE(r.value("ok", false));
+    const json& timing = o.part_index > 0 ? r["part"]["timing_ms"] : r["timing_ms"];
+    INFO(preset << ": timing_ms " << timing.dump());
+    CHECK(omp_get_max_threads() == 2);  // (given back)
+    return timing.value("threads", 0);
+  };
+  CHECK(threads("article1-linear-layernorm", opt) == 1);  // (about 1.5 MFLOP)
+  CHECK(threads("default", opt) == 2);                    // (about 0.2 GFLOP)
+  AnalyzeOptions part = opt;
+  part.part_count = 3;
+  part.part_index = 2;
+  CHECK(threads("default", part) == 2);  // (a part: the whole analysis's estimate)
+  omp_set_num_threads(before);
+#else
+  MESSAGE("built without OpenMP: one thread, nothing to decide");
+#endif
 }
 
 }  // namespace biaslab::test

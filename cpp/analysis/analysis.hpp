@@ -188,6 +188,12 @@ struct Split {
   long setup_runs = 0;  // forward passes before the biases
 };
 const char* take_part(Context& c, Split& split);  // an error's message, or nullptr
+// The estimated work of the whole analysis (every bias, whichever part runs it), in flops.
+double analysis_work(const Context& c);
+// Natively, an analysis estimated under this much work runs on one thread (analyze.cpp): in a
+// fresh process OpenMP's second thread costs a few milliseconds (its start, its first wake-ups),
+// more than such an analysis gains from it (README, "Threads").
+constexpr double kThreadsMinWork = 1e8;
 json part_json(Context& c, Results& r, const Split& split, json timing, std::chrono::steady_clock::time_point t0);
 void add_pending(const Context& c, const Split& split, json& report);
 

@@ -14,6 +14,9 @@
 #include "analysis/memory.hpp"
 #include "core/cold.hpp"
 #include "folds/folds.hpp"
+#ifdef _OPENMP
+#include <omp.h>
+#endif
 
 namespace biaslab {
 
@@ -88,6 +91,23 @@ bool has_conv(const std::vector<LayerConfig>& layers) {
   }
   return false;
 }
+#ifdef _OPENMP
+// The threads of one analysis: one under kThreadsMinWork of estimated work (Eigen's products
+// and the engine's parallel loops follow omp_get_max_threads()), else what OpenMP offered; the
+// caller's count comes back when the analysis ends.
+class AnalysisThreads {
+ public:
+  explicit AnalysisThreads(double work) : before_(omp_get_max_threads()) {
+    if (work < kThreadsMinWork) omp_set_num_threads(1);
+  }
+  ~AnalysisThreads() { omp_set_num_threads(before_); }
+  AnalysisThreads(const AnalysisThreads&) = delete;
+  AnalysisThreads& operator=(const AnalysisThreads&) = delete;
+
+ private:
+  int before_;
+};
+#endif
 }  // namespace
 
 BIASLAB_COLD json analyze(const ExperimentConfig& cfg, const AnalyzeOptions& opt) {
@@ -95,6 +115,9 @@ BIASLAB_COLD json analyze(const ExperimentConfig& cfg, const AnalyzeOptions& opt
   const auto t0 = clock::now();
   auto ms = [&]() { return std::chrono::duration<double, std::milli>(clock::now() - t0).count(); };
   Context c(cfg, opt);
+#ifdef _OPENMP
+  std::optional<AnalysisThreads> threads;  // (from the work estimate, once the model is built)
+#endif
   try {
     c.step("building", 0.0);
     // The page's first-load engine leaves out what runs a convolution (cpp/wasm/conv_lean.cpp): it
@@ -124,6 +147,9 @@ BIASLAB_COLD json analyze(const ExperimentConfig& cfg, const AnalyzeOptions& opt
       e["needs_full_engine"] = true;
       return e;
     }
+#ifdef _OPENMP
+    threads.emplace(analysis_work(c));
+#endif
     c.x = draw_input(cfg, 0);
     c.ev = std::make_unique<Evaluator>(c.model, c.x);
     for (size_t i = 0; i < c.model.params.size(); ++i)
@@ -142,6 +168,9 @@ BIASLAB_COLD json analyze(const ExperimentConfig& cfg, const AnalyzeOptions& opt
       mark = now;
     };
     lap("setup");
+#ifdef _OPENMP
+    timing["threads"] = omp_get_max_threads();
+#endif
     Results r;
     r.biases = analyse_biases(c);
     c.solver->release_tails();

@@ -101,6 +101,13 @@ int parts_worth(const Context& c, int engines) {
 
 }  // namespace
 
+BIASLAB_COLD double analysis_work(const Context& c) {
+  double total = 0;
+  for (size_t pi = 0; pi < c.model.params.size(); ++pi)
+    if (is_bias_like(c.model.params[pi].role)) total += bias_work(c, static_cast<int>(pi));
+  return (1 + kFirstPartExtra) * total;
+}
+
 BIASLAB_COLD const char* take_part(Context& c, Split& split) {
   const AnalyzeOptions& opt = c.opt;
   split.part = opt.part_index;
