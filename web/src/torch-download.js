@@ -4,13 +4,13 @@ import { download } from './dom.js';
 // script and its weights (engine-modules.js), and the page saves both files.
 
 /**
+ * The caller disables the button on the click; this enables it again when the export ends.
  * @param {{engine: import('./engine-client.js').EngineClient, button: HTMLButtonElement,
  *          config_text: string, stem: string, title: string, say: (text: string) => void}} job
  *   stem: the files' name; title: the script's (the preset the experiment matches, or '');
  *   say: the export's status line
  */
 export async function download_torch({ engine, button, config_text, stem, title, say }) {
-  button.disabled = true;
   say('Writing the PyTorch script and weights…');
   try {
     const bundle = await engine.export_torch(config_text, title);
