@@ -3,8 +3,6 @@
 
 #include "layers/layer.hpp"
 
-#include <vector>
-
 namespace biaslab {
 
 int norm_set(const Op& op, int r, int f, int T, int F) {
@@ -137,15 +135,11 @@ Mat norm_jvp(const Model& m, const Op& op, const Mat& x, const Mat& dx, int n) {
   } else {
     const bool centre = op.norm != NormKind::rms;
     const int S = norm_set_count(op, N, F, T);
-    // Each element's set, once for every direction below (row-major, as x).
-    std::vector<int> set(static_cast<size_t>(N) * F);
-    for (int r = 0; r < N; ++r)
-      for (int f = 0; f < F; ++f) set[static_cast<size_t>(r) * F + f] = norm_set(op, r, f, T, F);
     // Means relative to each set's first element, as in forward.cpp.
     Vec mean = Vec::Zero(S), var = Vec::Zero(S), cnt = Vec::Zero(S), first = Vec::Zero(S);
     for (int r = 0; r < N; ++r)
       for (int f = 0; f < F; ++f) {
-        const int s = set[static_cast<size_t>(r) * F + f];
+        const int s = norm_set(op, r, f, T, F);
         if (cnt(s) == 0) first(s) = x(r, f);
         mean(s) += x(r, f) - first(s);
         cnt(s) += 1;
@@ -154,7 +148,7 @@ Mat norm_jvp(const Model& m, const Op& op, const Mat& x, const Mat& dx, int n) {
     else mean.setZero();
     for (int r = 0; r < N; ++r)
       for (int f = 0; f < F; ++f) {
-        const int s = set[static_cast<size_t>(r) * F + f];
+        const int s = norm_set(op, r, f, T, F);
         const double c = x(r, f) - mean(s);
         var(s) += c * c;
       }
@@ -162,17 +156,18 @@ Mat norm_jvp(const Model& m, const Op& op, const Mat& x, const Mat& dx, int n) {
     Mat xh(N, F);
     for (int r = 0; r < N; ++r)
       for (int f = 0; f < F; ++f) {
-        const int s = set[static_cast<size_t>(r) * F + f];
+        const int s = norm_set(op, r, f, T, F);
         xh(r, f) = (x(r, f) - mean(s)) * rstd(s);
       }
-    // A token's own set (LayerNorm, RMSNorm): its sums in registers. The same sums in the same
-    // order as the general loop, so the same numbers bit for bit.
-    const bool per_row = op.norm == NormKind::layer || op.norm == NormKind::rms;
     Vec s1(S), s2(S);
     for (int a = 0; a < n; ++a) {
       auto d = dx.middleRows(static_cast<Eigen::Index>(a) * N, N);
       auto o = dy.middleRows(static_cast<Eigen::Index>(a) * N, N);
-      if (per_row) {
+#ifndef __EMSCRIPTEN__
+      // LayerNorm and RMSNorm, whose set is the token: each row's sums in two locals, without a
+      // set lookup per element. The same sums in the same order as the loops below, so the same
+      // numbers bit for bit. Natively only: the page's first-load engine counts its bytes.
+      if (op.norm == NormKind::layer || op.norm == NormKind::rms) {
         for (int r = 0; r < N; ++r) {
           double t1 = 0, t2 = 0;
           for (int f = 0; f < F; ++f) {
@@ -186,11 +181,12 @@ Mat norm_jvp(const Model& m, const Op& op, const Mat& x, const Mat& dx, int n) {
         }
         continue;
       }
+#endif
       s1.setZero();
       s2.setZero();
       for (int r = 0; r < N; ++r)
         for (int f = 0; f < F; ++f) {
-          const int s = set[static_cast<size_t>(r) * F + f];
+          const int s = norm_set(op, r, f, T, F);
           s1(s) += d(r, f);
           s2(s) += xh(r, f) * d(r, f);
         }
@@ -199,7 +195,7 @@ Mat norm_jvp(const Model& m, const Op& op, const Mat& x, const Mat& dx, int n) {
       if (!centre) s1.setZero();
       for (int r = 0; r < N; ++r)
         for (int f = 0; f < F; ++f) {
-          const int s = set[static_cast<size_t>(r) * F + f];
+          const int s = norm_set(op, r, f, T, F);
           o(r, f) = rstd(s) * (d(r, f) - s1(s) - xh(r, f) * s2(s));
         }
     }
