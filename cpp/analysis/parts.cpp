@@ -22,6 +22,7 @@ Json analysis::part_json(analysis::Context&, analysis::Results&, const analysis:
   return analysis::error_json({"", "this engine does not split an analysis"});
 }
 void analysis::add_pending(const analysis::Context&, const analysis::Split&, Json&) {}
+double analysis::analysis_work(const analysis::Context&) { return 0; }  // (one thread here)
 Json merge_parts(const Json&, const std::vector<Json>&) {
   return analysis::error_json({"", "this engine does not split an analysis"});
 }
