@@ -203,7 +203,6 @@ TEST_CASE("parts: a row its budget stops is the same in a split") {
   CHECK(compared == 4);
 }
 
-
 TEST_CASE("parts: the work estimate decides the threads; the caller's count comes back") {
   // Natively, an analysis estimated under kThreadsMinWork runs on one thread whatever OpenMP
   // offers; a larger one keeps every thread. The work is the whole analysis's estimate, so every

@@ -188,7 +188,8 @@ struct Split {
   long setup_runs = 0;  // forward passes before the biases
 };
 const char* take_part(Context& c, Split& split);  // an error's message, or nullptr
-// The estimated work of the whole analysis (every bias, whichever part runs it), in flops.
+// The estimated work of the whole analysis: every bias's structure and sweep, whichever part
+// runs it, in flops (the split's plan weighs its parts by the same).
 double analysis_work(const Context& c);
 // Natively, an analysis estimated under this much work runs on one thread (analyze.cpp): in a
 // fresh process OpenMP's second thread costs a few milliseconds (its start, its first wake-ups),

@@ -87,8 +87,7 @@ std::vector<int> plan(const Context& c, int count, double* heaviest) {
 // heaviest group is within 10% of the lightest plan's (a further engine that shortens nothing
 // only builds the model again), and only as many as fit kSplitMemory by their memory bounds.
 int parts_worth(const Context& c, int engines) {
-  double total = 0;
-  for (int pi : c.bias_params) total += bias_work(c, pi);
+  const double total = analysis_work(c);  // (before take_part keeps a part: every bias)
   if (total < kSplitMinFlops) return 1;
   int most = std::min(engines, static_cast<int>(c.bias_params.size()));
   if (c.memory.bytes > 0) most = std::min(most, static_cast<int>(kSplitMemory / c.memory.bytes));
@@ -106,7 +105,7 @@ BIASLAB_COLD double analysis_work(const Context& c) {
   double total = 0;
   for (size_t pi = 0; pi < c.model.params.size(); ++pi)
     if (is_bias_like(c.model.params[pi].role)) total += bias_work(c, static_cast<int>(pi));
-  return (1 + kFirstPartExtra) * total;
+  return total;
 }
 
 BIASLAB_COLD const char* take_part(Context& c, Split& split) {
