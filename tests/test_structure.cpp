@@ -339,10 +339,14 @@ TEST_CASE("structure: shared tails leave every bias's solve as it was") {
 // query_factors) must answer as its unit directions do: the same course of the solve, the same
 // null space and singular values to rounding (a scaled or permuted tangent would move them).
 // Fewer keys than a head's width (else the path is not taken), with and without a shared tail,
-// grouped heads with sinks, and few tokens, where the query bias has null directions.
+// grouped heads with sinks, RoPE (each row's keys turned back by its position) and a per-head
+// LayerNorm of the queries (its Jacobian at the row), and few tokens, where the query bias has
+// null directions.
 TEST_CASE("structure: a query bias's rows through L answer as its unit directions do") {
   const char* attention[] = {R"({"type":"attention","num_heads":2,"causal":true})",
-                             R"({"type":"attention","num_heads":4,"num_kv_heads":2,"sinks":true})"};
+                             R"({"type":"attention","num_heads":4,"num_kv_heads":2,"sinks":true})",
+                             R"({"type":"attention","num_heads":2,"causal":true,"rope":true})",
+                             R"({"type":"attention","num_heads":4,"num_kv_heads":2,"rope":true,"qk_norm":"layernorm"})"};
   int taken = 0;
   for (const char* att : attention)
     for (int tokens : {2, 6}) {
@@ -360,6 +364,8 @@ TEST_CASE("structure: a query bias's rows through L answer as its unit direction
         CAPTURE(pass);
         CAPTURE(a.stop_note);
         REQUIRE(a.rows_per_sample > 0);
+        CHECK(a.query_factors);
+        CHECK(!e.query_factors);
         ++taken;
         CHECK(a.stop == e.stop);
         CHECK(a.samples == e.samples);
@@ -378,7 +384,7 @@ TEST_CASE("structure: a query bias's rows through L answer as its unit direction
         }
       }
     }
-  CHECK(taken == 8);
+  CHECK(taken == 16);
 }
 
 // A wide cluster (512 columns) that is not of full rank is split by its Gram matrix (gram_split)

@@ -1159,6 +1159,20 @@ Structure StructureSolver::solve(int param, const std::function<bool()>& cancell
   // / n), which do not take the one-hot path.
   const double jvp_cost = structural_flops_per_input(m_, p, true, row_min, cut);
   const double dense_cost = structural_flops_per_input(m_, p, false, row_min, cut);
+  // The query rows' work for one input (query_rows): at each row, every head's Tk columns of L
+  // through the ops from the rows' op to the shared tail (and its product) or the cut, then K^T
+  // times theirs. It is what the budget holds such a row to, not the unit directions' work.
+  double query_cost = 0;
+  if (query_rows) {
+    const int H = sop.heads, d = sop.in / H, Tk = sop.context > 0 ? sop.context : m_.tokens;
+    const int to = tail_p >= 0 ? tail_p : cut;
+    const double w_to = to < static_cast<int>(m_.ops.size()) ? m_.ops[static_cast<size_t>(to)].in : m_.out_features;
+    const double w = cut < static_cast<int>(m_.ops.size()) ? m_.ops[static_cast<size_t>(cut)].in : m_.out_features;
+    const double cols = double(H) * Tk;
+    query_cost = double(plan_idx.size()) * (cols * (per_token_flops(m_, plan.at, to) + (tail_p >= 0 ? 2 * w_to * w : 0)) +
+                                            2 * cols * d * w);
+  }
+  const double input_cost = query_rows ? query_cost : jvp_cost;
 
   UnionFind uf(n);
   std::map<int, Cluster> clusters;  // by union-find root
@@ -1180,7 +1194,7 @@ Structure StructureSolver::solve(int param, const std::function<bool()>& cancell
   int step_size = 1;
   bool confirm_mode = false;  // the last step added no rank: inputs first try to confirm
   bool null_ready = false;    // every cluster's vnull/snull matches its R and tau
-  double last_input_cost = jvp_cost;
+  double last_input_cost = input_cost;
   auto stop_cancelled = [&]() {
     out.stop = StopRule::cancelled;
     out.determined = false;
@@ -1349,7 +1363,8 @@ Structure StructureSolver::solve(int param, const std::function<bool()>& cancell
             push_nonzeros(cols[static_cast<size_t>(h * d + e)], Jh.data() + Eigen::Index(e) * w, w, Eigen::Index(j) * w);
         }
       }
-      out.flops += jvp_cost;  // (the unit directions' work: more than this path's, which takes it only then)
+      out.flops += query_cost;
+      out.query_factors = true;
       *all_bc = false;
       return;
     }

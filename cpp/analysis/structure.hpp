@@ -137,8 +137,8 @@ struct StructureOptions {
   // Token rows of several biases that reach the same op take the per-token ops after it as one
   // matrix per row, made once per input (StructureSolver::tail_point). Off: op by op, always.
   bool shared_tails = true;
-  // A query bias's token rows that start right after its attention (no RoPE, no qk_norm; fewer
-  // keys than the head's width) take the Tk columns of each head's L through the per-token ops
+  // A query bias's token rows that start right after its attention (fewer keys than the head's
+  // width; RoPE and qk_norm included) take the Tk columns of each head's L through the per-token ops
   // instead of the d unit directions (query_bias_factors). Off: the unit directions, always.
   bool query_factors = true;
   // A wide cluster (512 columns on) that its Gram matrix does not certify of full rank is split
@@ -184,6 +184,7 @@ struct Structure {
   int tail_at = -1;                 // the op a shared tail took the rows' tangents from (-1: none)
   int gram_splits = 0;              // rank decisions a wide cluster's Gram matrix split (gram_split)
   bool structured_gram = false;     // full rank certified from the layers' factors (structured_gram)
+  bool query_factors = false;       // the rows' tangents went through the heads' L (query_bias_factors)
   // How the null space found from them was checked on every row: "bound" (through the per-token
   // layers), "computed" (its tangents), "none" (full rank: no check needed), "not reached" (a
   // budget ran out first: the rank is a lower bound anyway), "failed" (the rows missed rank,

@@ -57,13 +57,14 @@ bool attention_bias_blocks(const Model& m, const Op& op, const AttentionCache& c
 // head h's query moves its output by L K dq, where L = (V^T diag(p) - V^T p p^T) / sqrt(d) (d x
 // Tk) and K the keys (Tk x d), p the row's weights on its head's keys (without sinks a softmax
 // ignores the part of K dq that is the same for every key: rank at most Tk - 1; with them, at
-// most Tk). Without RoPE or qk_norm, for the
-// query bias `param` of op `op` (else nothing); `row` indexes the N query rows.
+// most Tk). With RoPE and qk_norm the query's move reaches the scores as R N dq (N the per-head
+// norm's Jacobian at the row, R the row's rotation), so K is the keys (as the scores read them)
+// times R N. For the query bias `param` of op `op` (else nothing); `row` indexes the N query rows.
 struct QueryFactors {
   Mat L, K;
 };
 inline bool query_bias_factorable(const Op& op, int param) {
-  return op.kind == OpKind::attention && !op.rope && !op.qk_norm && param >= 0 && param == op.bq;
+  return op.kind == OpKind::attention && param >= 0 && param == op.bq;
 }
 std::optional<std::vector<QueryFactors>> query_bias_factors(const Model& m, const Op& op, const AttentionCache& c,
                                                             int param, Eigen::Index row);

@@ -398,6 +398,16 @@ std::optional<std::vector<QueryFactors>> query_bias_factors(const Model& m, cons
   const int T = static_cast<int>(c.q.rows()) / m.batch, Tk = op.context > 0 ? op.context : T;
   const int b = static_cast<int>(row / T), i = static_cast<int>(row % T);
   const double scale = 1.0 / std::sqrt(static_cast<double>(d));
+  // RoPE turns the row's query by R_i (d x d, every head alike): its columns are the turned unit
+  // vectors, from the forward's own rotation (never with a context: refused).
+  Mat R;
+  if (op.rope) {
+    Mat z = Mat::Zero(Eigen::Index(d) * (i + 1), d);  // d sequences of i + 1 tokens: e_a at the last
+    for (int a = 0; a < d; ++a) z(Eigen::Index(a) * (i + 1) + i, a) = 1.0;
+    apply_rope<double>(z, d, i + 1, op, 1);
+    R.resize(d, d);
+    for (int a = 0; a < d; ++a) R.col(a) = z.row(Eigen::Index(a) * (i + 1) + i).transpose();
+  }
   std::vector<QueryFactors> out(static_cast<size_t>(H));
   for (int h = 0; h < H; ++h) {
     const int g = h / group;
@@ -407,6 +417,12 @@ std::optional<std::vector<QueryFactors>> query_bias_factors(const Model& m, cons
     const Vec vp = V.transpose() * p;
     f.L = scale * (V.transpose() * p.asDiagonal() - vp * p.transpose());
     f.K = c.k.block(Eigen::Index(b) * Tk, g * d, Tk, d);
+    if (op.rope) f.K = f.K * R;
+    if (op.qk_norm) {  // the norm's tangents of the d unit moves of this head's query: rows of N^T
+      const Mat Nt = norm_jvp(m, head_norm_op(op, op.qn_gain, op.qn_shift),
+                              Mat(c.q_pre.block(row, Eigen::Index(h) * d, 1, d)), Mat::Identity(d, d), d);
+      f.K = f.K * Nt.transpose();
+    }
   }
   return out;
 }
