@@ -387,6 +387,38 @@ TEST_CASE("structure: a query bias's rows through L answer as its unit direction
   CHECK(taken == 16);
 }
 
+// A query bias's rows through L are held to their budget before each input, shared tail
+// included: whatever the budget, the solve never spends more than it (a first input estimated
+// without the tail it pays for ran past it).
+TEST_CASE("structure: a query bias's rows through L keep within the budget, shared tail included") {
+  const std::string cfg = stack(5, shape(2, 6, 32),
+                                R"({"type":"residual","body":[{"type":"layernorm"},{"type":"attention","num_heads":2,"causal":true,"rope":true}]},)"
+                                R"({"type":"residual","body":[{"type":"layernorm"},{"type":"linear","out_features":256},)"
+                                R"({"type":"gelu"},{"type":"linear","out_features":32}]},{"type":"layernorm"})");
+  INFO(cfg);
+  auto b = build(cfg);
+  const int p = param_index(b.model, "layers.0.body.1.q_proj.bias");
+  TracePool pool(b.model, b.config);
+  StructureSolver free_solver(b.model, pool, RowSolvers::options(0));
+  const Structure full = free_solver.solve(p);
+  REQUIRE(full.query_factors);
+  REQUIRE(full.tail_at >= 0);
+  int tried = 0;
+  for (double share = 0.02; share < 1.0; share *= 1.5) {
+    StructureOptions o = RowSolvers::options(0);
+    o.max_flops = share * full.flops;
+    TracePool pool_b(b.model, b.config);
+    StructureSolver solver(b.model, pool_b, o);
+    const Structure a = solver.solve(p);
+    CAPTURE(share);
+    CAPTURE(a.stop_note);
+    INFO("spent " << a.flops << " of a budget of " << o.max_flops);
+    CHECK(a.flops <= o.max_flops);
+    ++tried;
+  }
+  CHECK(tried >= 8);
+}
+
 // A wide cluster (512 columns) that is not of full rank is split by its Gram matrix (gram_split)
 // instead of a QR and an SVD. Its answer must be the SVD's: the same rank at every step, the same
 // stop, the same null space (to rounding), a kept singular value that is a lower bound on the

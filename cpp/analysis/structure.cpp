@@ -1172,7 +1172,12 @@ Structure StructureSolver::solve(int param, const std::function<bool()>& cancell
     query_cost = double(plan_idx.size()) * (cols * (per_token_flops(m_, plan.at, to) + (tail_p >= 0 ? 2 * w_to * w : 0)) +
                                             2 * cols * d * w);
   }
-  const double input_cost = query_rows ? query_cost : jvp_cost;
+  // Before its first input such a row is held to that, the shared tail's rows it pays for
+  // (tail_rows) and the reference JVP.
+  const double input_cost =
+      query_rows ? query_cost + dense_cost / std::max(1, n) +
+                       (tail_p >= 0 ? double(plan_idx.size()) * m_.ops[static_cast<size_t>(tail_p)].in * per_token_flops(m_, tail_p, cut) : 0)
+                 : jvp_cost;
 
   UnionFind uf(n);
   std::map<int, Cluster> clusters;  // by union-find root

@@ -398,15 +398,20 @@ std::optional<std::vector<QueryFactors>> query_bias_factors(const Model& m, cons
   const int T = static_cast<int>(c.q.rows()) / m.batch, Tk = op.context > 0 ? op.context : T;
   const int b = static_cast<int>(row / T), i = static_cast<int>(row % T);
   const double scale = 1.0 / std::sqrt(static_cast<double>(d));
-  // RoPE turns the row's query by R_i (d x d, every head alike): its columns are the turned unit
-  // vectors, from the forward's own rotation (never with a context: refused).
+  // RoPE turns the row's query by R_i (d x d, every head alike): apply_rope's pairs and angles at
+  // position i as a matrix (never with a context: refused).
   Mat R;
   if (op.rope) {
-    Mat z = Mat::Zero(Eigen::Index(d) * (i + 1), d);  // d sequences of i + 1 tokens: e_a at the last
-    for (int a = 0; a < d; ++a) z(Eigen::Index(a) * (i + 1) + i, a) = 1.0;
-    apply_rope<double>(z, d, i + 1, op, 1);
-    R.resize(d, d);
-    for (int a = 0; a < d; ++a) R.col(a) = z.row(Eigen::Index(a) * (i + 1) + i).transpose();
+    Mat ct, st;
+    rope_tables(i + 1, op.rotary_dim, ct, st, op.rope_base);
+    const int half = op.rotary_dim / 2, first_step = op.rope_interleaved ? 2 : 1, second = op.rope_interleaved ? 1 : half;
+    R = Mat::Identity(d, d);
+    for (int k = 0; k < half; ++k) {
+      const int a = first_step * k, e = a + second;
+      R(a, a) = R(e, e) = ct(i, k);
+      R(a, e) = -st(i, k);
+      R(e, a) = st(i, k);
+    }
   }
   std::vector<QueryFactors> out(static_cast<size_t>(H));
   for (int h = 0; h < H; ++h) {
