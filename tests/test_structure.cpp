@@ -7,6 +7,7 @@
 
 #include <Eigen/SVD>
 
+#include "analysis/analysis.hpp"
 #include "analysis/structure.hpp"
 #include "model/jvp.hpp"
 #include "support.hpp"
@@ -417,6 +418,33 @@ TEST_CASE("structure: a query bias's rows through L keep within the budget, shar
     ++tried;
   }
   CHECK(tried >= 8);
+}
+
+// The work estimated up front (structural_flops: the total limit, the thread rule and a split's
+// plan) for a query bias that takes its rows through L is that path's, not the unit directions'
+// (twice as much here: 64 directions against 2 heads x 16 keys a row): per input, at most what
+// the solve spends on an input and at least a quarter of it (the only bias, so no shared tail;
+// full rank, so no null space to check on every row).
+TEST_CASE("structure: the estimate of a query bias's work is its rows through L") {
+  const std::string cfg = stack(5, shape(2, 16, 64),
+                                R"({"type":"residual","body":[{"type":"rmsnorm"},{"type":"attention","num_heads":2,"causal":true,"rope":true,)"
+                                R"("k_bias":false,"v_bias":false,"o_bias":false}]},)"
+                                R"({"type":"residual","body":[{"type":"rmsnorm"},{"type":"linear","out_features":2048,"bias":false},)"
+                                R"({"type":"gelu"},{"type":"linear","out_features":64,"bias":false}]})");
+  INFO(cfg);
+  auto b = build(cfg);
+  const int p = param_index(b.model, "layers.0.body.1.q_proj.bias");
+  TracePool pool(b.model, b.config);
+  StructureSolver solver(b.model, pool, RowSolvers::options(0));
+  const Structure a = solver.solve(p);
+  REQUIRE(a.query_factors);
+  REQUIRE(a.tail_at < 0);  // (the only bias)
+  REQUIRE(a.samples > 0);
+  const double per_input = analysis::structural_flops(b.model, b.model.params[static_cast<size_t>(p)]) / 3;
+  const double spent = a.flops / a.samples;
+  INFO("estimated " << per_input << " flops an input; the solve spent " << spent << " an input over " << a.samples);
+  CHECK(per_input <= spent);
+  CHECK(per_input >= 0.25 * spent);
 }
 
 // A wide cluster (512 columns) that is not of full rank is split by its Gram matrix (gram_split)

@@ -65,7 +65,11 @@ std::string json_path(const std::string& dotted) {
 // does not certify, the stacked rows' work is held to the bias's own budget at run time).
 double structural_flops(const Model& m, const ModelParam& p, int cut) {
   if (cut < 0) cut = injective_cut(m, p.op);
-  if (const double f = structured_gram_flops(m, static_cast<int>(&p - m.params.data()), cut); f > 0) return f;
+  const int param = static_cast<int>(&p - m.params.data());
+  if (const double f = structured_gram_flops(m, param, cut); f > 0) return f;
+  // A query bias whose rows go through its heads' L: their work (a shared tail, which only other
+  // biases plan, left out)
+  if (const double f = query_rows_flops(m, param, plan_rows(m, param, cut, kRowSubsetMinFlops), cut); f > 0) return 3.0 * f;
   return 3.0 * structural_flops_per_input(m, p, true, kRowSubsetMinFlops, cut);
 }
 

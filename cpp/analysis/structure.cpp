@@ -135,6 +135,18 @@ BIASLAB_COLD RowPlan plan_rows(const Model& m, int param, int cut, double min_fl
   return plan;
 }
 
+BIASLAB_COLD double query_rows_flops(const Model& m, int param, const RowPlan& plan, int cut, int tail_p) {
+  const Op& op = m.ops[static_cast<size_t>(m.params[param].op)];
+  if (plan.at != m.params[param].op + 1 || !query_bias_factorable(op, param)) return 0;
+  const int H = op.heads, d = op.in / H, Tk = op.context > 0 ? op.context : m.tokens;
+  if (Tk >= d) return 0;
+  const int to = tail_p >= 0 ? tail_p : cut;
+  auto width = [&](int i) { return double(i < static_cast<int>(m.ops.size()) ? m.ops[static_cast<size_t>(i)].in : m.out_features); };
+  const double cols = double(H) * Tk, w = width(cut);
+  return double(m.batch) * plan.per_sample *
+         (cols * (per_token_flops(m, plan.at, to) + (tail_p >= 0 ? 2 * width(to) * w : 0)) + 2 * cols * d * w);
+}
+
 BIASLAB_COLD double stacked_rows(const Model& m, int param, int cut) {
   if (kTokenRows && cut < 0) cut = injective_cut(m, m.params[param].op);
   const RowPlan plan = kTokenRows ? plan_rows(m, param, cut, kRowSubsetMinFlops) : RowPlan{};
@@ -1133,9 +1145,7 @@ Structure StructureSolver::solve(int param, const std::function<bool()>& cancell
   // same matrices in any order, so that the query bias's numbers do not depend on the order the
   // biases run in, nor on how a split analysis groups them).
   // Taken where it pushes fewer vectors a row than the unit directions: Tk < d.
-  const Op& sop = m_.ops[static_cast<size_t>(start)];
-  const bool query_rows = kTokenRows && opt_.query_factors && plan.at == start + 1 && query_bias_factorable(sop, param) &&
-                          (sop.context > 0 ? sop.context : m_.tokens) < sop.in / sop.heads;
+  const bool query_rows = kTokenRows && opt_.query_factors && query_rows_flops(m_, param, plan, cut) > 0;
   if (query_rows) out.tail_at = -1;  // (set where a row's tail is attached)
   auto rows_of = [&](const Trace& tr, int k) {
     if (!kTokenRows || plan.at < 0) return std::optional<TokenRows>();
@@ -1162,16 +1172,7 @@ Structure StructureSolver::solve(int param, const std::function<bool()>& cancell
   // The query rows' work for one input (query_rows): at each row, every head's Tk columns of L
   // through the ops from the rows' op to the shared tail (and its product) or the cut, then K^T
   // times theirs. It is what the budget holds such a row to, not the unit directions' work.
-  double query_cost = 0;
-  if (query_rows) {
-    const int H = sop.heads, d = sop.in / H, Tk = sop.context > 0 ? sop.context : m_.tokens;
-    const int to = tail_p >= 0 ? tail_p : cut;
-    const double w_to = to < static_cast<int>(m_.ops.size()) ? m_.ops[static_cast<size_t>(to)].in : m_.out_features;
-    const double w = cut < static_cast<int>(m_.ops.size()) ? m_.ops[static_cast<size_t>(cut)].in : m_.out_features;
-    const double cols = double(H) * Tk;
-    query_cost = double(plan_idx.size()) * (cols * (per_token_flops(m_, plan.at, to) + (tail_p >= 0 ? 2 * w_to * w : 0)) +
-                                            2 * cols * d * w);
-  }
+  const double query_cost = query_rows ? query_rows_flops(m_, param, plan, cut, tail_p) : 0;
   // Before its first input such a row is held to that, the shared tail's rows it pays for
   // (tail_rows) and the reference JVP.
   const double input_cost =
@@ -1453,7 +1454,7 @@ Structure StructureSolver::solve(int param, const std::function<bool()>& cancell
     const int N = sub ? static_cast<int>(sub->rows.size()) : static_cast<int>(tr.inputs[0].rows());
     const int w = cut < static_cast<int>(m_.ops.size()) ? m_.ops[cut].in : m_.out_features;
     std::vector<ColMat> Ys;  // per cluster (in map order): (rows it touches, its null dimension)
-    if (4.0 * dense_cost * d_total <= jvp_cost * n && double(N) * w * d_total <= 8e6) {
+    if (4.0 * dense_cost * d_total <= (query_rows ? query_cost : jvp_cost) * n && double(N) * w * d_total <= 8e6) {
       ColMat dirs = ColMat::Zero(n, d_total);
       std::vector<std::pair<int, int>> span;  // per cluster: first column, count
       int at = 0;

@@ -72,6 +72,11 @@ struct RowPlan {
 // every earlier token through causal attention), taken only when that is at most half the
 // tokens and the per-token ops would cost at least `min_flops` per input over every row.
 RowPlan plan_rows(const Model& m, int param, int cut, double min_flops);
+// A query bias's rows taken right after its attention, where each head has fewer keys than its
+// width: each row pushes every head's key columns of L through the ops up to the shared tail at
+// op `tail_p` (-1: none) and its product, or up to `cut` (StructureSolver; query_bias_factors).
+// Its work for one input, or 0 where the plan does not take that path.
+double query_rows_flops(const Model& m, int param, const RowPlan& plan, int cut, int tail_p = -1);
 // Whether this module has token rows and the Cholesky certificate: the page's first-load engine
 // has neither, and hands on a config that would use them (analyze()).
 bool token_rows_linked();
