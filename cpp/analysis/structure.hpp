@@ -111,7 +111,7 @@ int injective_cut(const Model& m, int start);
 // way (an MLP's hidden width, wider than the Jacobian it ends in), and at least one direction.
 int chunk_directions(const Model& m, int start, int stop, int n, int N, int count, long elements);
 
-constexpr double kMaxBiasFlops = 2e11;  // StructureOptions::max_flops
+constexpr double kMaxBiasFlops = 5e11;  // StructureOptions::max_flops
 struct StructureOptions {
   double tol_rel = 1e-8;  // a singular value below tol_rel * reference scale is null
   // Stopping rules. Without a kink on the path the Jacobian is analytic in the input, so a
@@ -127,7 +127,7 @@ struct StructureOptions {
   // the bounds established so far. The number of inputs of a step follows the rank gained per
   // input, so a rank that rises by one per input is stacked in one step, not one input a step.
   int max_samples = 4096;
-  double max_flops = kMaxBiasFlops;  // per bias: JVPs + factorisations, about 10-20 s natively
+  double max_flops = kMaxBiasFlops;  // per bias: JVPs + factorisations, about 10-25 s natively
   // A confirming input is stacked along the null space alone only while |J V_null| stays at the
   // level of rounding (this multiple of the input's reference scale); above it, the basis is not
   // as accurate as the data allows and the full stack is factored again.
