@@ -453,17 +453,20 @@ TEST_CASE("structure: the estimate of a query bias's work is its rows through L"
 // SVD's, and the same null singular values. Nullities 1 (the all-ones direction a LayerNorm
 // removes), 256 (a Linear of rank 256 after the bias, plus 1e-11 of a full-rank one: null values
 // well above rounding and below the threshold), 1 through attention's values (GPT-2's v bias),
-// and 1 in each of two 512-wide clusters (a GroupNorm of two groups: each group's mean).
+// 1 in each of two 512-wide clusters (a GroupNorm of two groups: each group's mean), and 385
+// where every input's rows are fewer than the columns (one token through a Linear to 128 and a
+// LayerNorm: 128 rows an input, rank 127, the Linear's image of the all-ones direction removed).
 TEST_CASE("structure: a wide cluster split by its Gram matrix answers as the SVD does") {
   const char* stacks[] = {
       R"({"type":"linear","out_features":512},{"type":"layernorm","elementwise_affine":false})",
       R"({"type":"linear","out_features":512},{"type":"linear","out_features":512,"bias":false},{"type":"layernorm","elementwise_affine":false})",
       R"({"type":"residual","body":[{"type":"layernorm","bias":false},{"type":"attention","num_heads":8,"q_bias":false,"k_bias":false,"o_bias":false}]},{"type":"layernorm","elementwise_affine":false})",
       R"({"type":"linear","out_features":1024},{"type":"groupnorm","num_groups":2,"affine":false})",
+      R"({"type":"linear","out_features":512},{"type":"linear","out_features":128,"bias":false},{"type":"layernorm","elementwise_affine":false})",
   };
-  const int nullity[] = {1, 256, 1, 2};
-  for (int k = 0; k < 4; ++k) {
-    const std::string cfg = stack(11 + k, shape(1, 4, k == 3 ? 1024 : 512), stacks[k]);
+  const int nullity[] = {1, 256, 1, 2, 385};
+  for (int k = 0; k < 5; ++k) {
+    const std::string cfg = stack(11 + k, k == 4 ? shape(1, 1, 512) : shape(1, 4, k == 3 ? 1024 : 512), stacks[k]);
     INFO(cfg);
     auto b = build(cfg);
     if (k == 1) {  // rank 256, every column in use (a zero column would be a cluster of its own)
@@ -478,7 +481,7 @@ TEST_CASE("structure: a wide cluster split by its Gram matrix answers as the SVD
     const Structure a = with.solve(p), e = without.solve(p);
     CAPTURE(a.stop_note);
     CAPTURE(e.stop_note);
-    CHECK(a.gram_splits >= (k == 3 ? 2 : 1));
+    CHECK(a.gram_splits >= (k >= 3 ? 2 : 1));  // (k 4: its first decision, on 128 rows, too)
     CHECK(a.clusters == e.clusters);
     CHECK(e.gram_splits == 0);
     CHECK(a.determined);

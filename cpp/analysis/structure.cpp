@@ -143,8 +143,9 @@ BIASLAB_COLD double query_rows_flops(const Model& m, int param, const RowPlan& p
   const int to = tail_p >= 0 ? tail_p : cut;
   auto width = [&](int i) { return double(i < static_cast<int>(m.ops.size()) ? m.ops[static_cast<size_t>(i)].in : m.out_features); };
   const double cols = double(H) * Tk, w = width(cut);
-  return double(m.batch) * plan.per_sample *
-         (cols * (per_token_flops(m, plan.at, to) + (tail_p >= 0 ? 2 * width(to) * w : 0)) + 2 * cols * d * w);
+  // (then, where there are fewer columns than outputs, their triangular factor times K: below)
+  const double rows = cols < w ? 2 * w * cols * cols + 2 * cols * cols * d : 2 * cols * d * w;
+  return double(m.batch) * plan.per_sample * (cols * (per_token_flops(m, plan.at, to) + (tail_p >= 0 ? 2 * width(to) * w : 0)) + rows);
 }
 
 BIASLAB_COLD double stacked_rows(const Model& m, int param, int cut) {
@@ -442,12 +443,16 @@ std::optional<double> cholesky_floor(ColMat& G, double trace, double err, double
 Vec gram_singular_values(const ColMat& M, double tau, bool* bound, ColMat* gram = nullptr) {
   *bound = false;
   const Eigen::Index m = M.rows(), c = M.cols();
-  if (m < c || c == 0) return Vec();
+  if (c == 0 || (m < c && !(kTokenRows && c >= kCholeskyColumns && gram))) return Vec();
   ColMat G = ColMat::Zero(c, c);
   G.selfadjointView<Eigen::Lower>().rankUpdate(M.transpose());
   const double fro2 = M.squaredNorm();
   const double err = 2.0 * double(m + c + 8) * 0x1.0p-53 * fro2;
 #ifndef BIASLAB_LEAN_ENGINE
+  if (m < c) {  // rank m at most: the Gram matrix for gram_split
+    *gram = std::move(G);
+    return Vec();
+  }
   if (c >= kCholeskyColumns) {
     // Wide: a Cholesky factorisation settles it at a fraction of the eigenvalues' cost
     // (cholesky_floor, with trace(G) = |M|_F^2). The bound is rigorous, so unlike the eigenvalue
@@ -472,7 +477,7 @@ Vec gram_singular_values(const ColMat& M, double tau, bool* bound, ColMat* gram 
 }
 
 #ifndef BIASLAB_LEAN_ENGINE
-// The rank and null space of a wide cluster M (m x c, m >= c) that is not of full rank, from its
+// The rank and null space of a wide cluster M (m x c, any m) that is not of full rank, from its
 // Gram matrix G (lower triangle, as gram_singular_values formed it), at a fraction of a QR and an
 // SVD's cost, or nothing (the caller then factors M). Both halves are certified:
 // - A Cholesky factorisation with diagonal pivoting (as LAPACK's dpstrf: each step takes the
@@ -497,7 +502,7 @@ struct Split {
 // Over `budget` flops in all (*flops included) once the rank is known: nothing.
 std::optional<Split> gram_split(const ColMat& M, ColMat G, double tau, double* flops, double budget) {
   const Eigen::Index m = M.rows(), c = M.cols();
-  if (m < c || G.rows() != c) return std::nullopt;
+  if (G.rows() != c) return std::nullopt;
   const double fro2 = M.squaredNorm();
   const double err = 2.0 * double(m + c + 8) * 0x1.0p-53 * fro2;
   const double lift = 2.0 * double(c + 1) * 0x1.0p-53 * fro2;
@@ -1220,7 +1225,7 @@ Structure StructureSolver::solve(int param, const std::function<bool()>& cancell
   // full rank (wide, with at least as many rows as columns; the first-load engine, which has no
   // token rows, has neither the Cholesky certificate nor the split).
   auto splits = [&](const Cluster& cl) {
-    return kTokenRows && opt_.gram_split && cl.R.cols() >= kCholeskyColumns && cl.R.rows() >= cl.R.cols();
+    return kTokenRows && opt_.gram_split && cl.R.cols() >= kCholeskyColumns;
   };
   auto decide = [&]() {
     tau = threshold();
@@ -1363,11 +1368,23 @@ Structure StructureSolver::solve(int param, const std::function<bool()>& cancell
           y.middleRows(c0, c) = to > sub->at ? jvp_rows(m_, tr, one, sub->at, to, init, static_cast<int>(c)) : init;
         }
         if (tail) y = y * (*sub->tail)[static_cast<size_t>(j)].transpose();
-        for (int h = 0; h < H; ++h) {
-          const Mat Jh = f[static_cast<size_t>(h)].K.transpose() * y.middleRows(Eigen::Index(h) * Tk, Tk);  // (d, w)
-          for (int e = 0; e < d; ++e)  // rows j * w + ...: ascending, as j is
-            push_nonzeros(cols[static_cast<size_t>(h * d + e)], Jh.data() + Eigen::Index(e) * w, w, Eigen::Index(j) * w);
+        // The row's Jacobian is y^T K (w x n; K block-diagonal, head h's keys in its block). With
+        // fewer columns than outputs it stands as R K, R the triangular factor of y^T (count x
+        // count, the same Gram matrix), so that the stack grows by count rows, not w.
+        const bool factor = count < w;
+        if (factor) {
+          ColMat yt = y.transpose();
+          Eigen::HouseholderQR<Eigen::Ref<ColMat>> qr(yt);
+          y = qr.matrixQR().topRows(count).triangularView<Eigen::Upper>();
         }
+        const Eigen::Index stride = factor ? count : w;
+        for (int h = 0; h < H; ++h) {
+          const Mat Jh = f[static_cast<size_t>(h)].K.transpose() *
+                         (factor ? Mat(y.middleCols(Eigen::Index(h) * Tk, Tk).transpose()) : Mat(y.middleRows(Eigen::Index(h) * Tk, Tk)));
+          for (int e = 0; e < d; ++e)  // rows j * stride + ...: ascending, as j is
+            push_nonzeros(cols[static_cast<size_t>(h * d + e)], Jh.data() + Eigen::Index(e) * stride, stride, Eigen::Index(j) * stride);
+        }
+        rows = Eigen::Index(N) * stride;
       }
       out.flops += query_cost;
       out.query_factors = true;
