@@ -69,7 +69,9 @@ double structural_flops(const Model& m, const ModelParam& p, int cut) {
   if (const double f = structured_gram_flops(m, param, cut); f > 0) return f;
   // A query bias whose rows go through its heads' L: their work (a shared tail, which only other
   // biases plan, left out)
+#ifndef BIASLAB_LEAN_ENGINE
   if (const double f = query_rows_flops(m, param, plan_rows(m, param, cut, kRowSubsetMinFlops), cut); f > 0) return 3.0 * f;
+#endif
   return 3.0 * structural_flops_per_input(m, p, true, kRowSubsetMinFlops, cut);
 }
 

@@ -136,6 +136,9 @@ BIASLAB_COLD RowPlan plan_rows(const Model& m, int param, int cut, double min_fl
 }
 
 BIASLAB_COLD double query_rows_flops(const Model& m, int param, const RowPlan& plan, int cut, int tail_p) {
+#ifdef BIASLAB_LEAN_ENGINE
+  return 0;  // (no token rows: plan_rows makes no plan)
+#endif
   const Op& op = m.ops[static_cast<size_t>(m.params[param].op)];
   if (plan.at != m.params[param].op + 1 || !query_bias_factorable(op, param)) return 0;
   const int H = op.heads, d = op.in / H, Tk = op.context > 0 ? op.context : m.tokens;
