@@ -510,6 +510,32 @@ TEST_CASE("structure: a wide cluster split by its Gram matrix answers as the SVD
   }
 }
 
+// A wide cluster with no rank at all and fewer rows than columns: the split's factor of the
+// Jacobian along its null space has fewer rows of the Jacobian than null directions, and must
+// still be square (null_space's form, read as such when the null values are taken).
+TEST_CASE("structure: a wide cluster of rank 0 with fewer rows than columns is split and answers as the SVD does") {
+  const std::string cfg = stack(21, shape(1, 1, 512), R"({"type":"linear","out_features":512},{"type":"linear","out_features":128})");
+  INFO(cfg);
+  auto b = build(cfg);
+  Mat& w = b.model.params[static_cast<size_t>(param_index(b.model, "layers.1.weight"))].value;
+  w *= 1e-20;  // the bias moves the output far below its rounding (its own bias is of order 1)
+  StructureOptions on, off;
+  off.gram_split = false;
+  TracePool pool_on(b.model, b.config), pool_off(b.model, b.config);
+  StructureSolver with(b.model, pool_on, on), without(b.model, pool_off, off);
+  const int p = param_index(b.model, "layers.0.bias");
+  const Structure a = with.solve(p), e = without.solve(p);
+  CAPTURE(a.stop_note);
+  CAPTURE(e.stop_note);
+  CHECK(a.gram_splits >= 1);
+  CHECK(a.determined);
+  CHECK(a.stop == e.stop);
+  CHECK(a.redundant_dim == 512);
+  CHECK(e.redundant_dim == 512);
+  INFO("null: split " << a.null_max << ", SVD " << e.null_max);
+  CHECK_LE_TOL(std::abs(a.null_max - e.null_max), 1e-6 * e.null_max + 1e-300, "|null_sigma_max split - SVD|");
+}
+
 // An MLP's first bias, 512 wide, before a Linear of width 64 and a LayerNorm or RMSNorm (or none):
 // full rank is certified from a Gram matrix built from the layers' factors (mlp_gram) on every
 // token of one input. Against the stacked rows (the option off): the same rank and stop, and a

@@ -309,6 +309,7 @@ bool null_space(const Cluster& cl, double tau, ColMat& v, ColMat& f) {
   }
 #ifndef BIASLAB_LEAN_ENGINE
   if (cl.split_v.cols() == d) {  // gram_split made them for this rank
+    if (cl.split_f.rows() != d || cl.split_f.cols() != d) throw std::logic_error("gram_split's factor is not square in the null dimension");
     v = cl.split_v;
     f = cl.split_f;
     return false;
@@ -580,7 +581,13 @@ std::optional<Split> gram_split(const ColMat& M, ColMat G, double tau, double* f
   }
   // M along V as a triangular factor (try_confirm stacks its inputs' rows under it, the report
   // takes its singular values): no rotation of V to singular vectors is needed.
-  out.f = Y.rows() > dn ? ColMat(Eigen::HouseholderQR<ColMat>(Y).matrixQR().topRows(dn).triangularView<Eigen::Upper>()) : Y;
+  // (dn x dn, as null_space's: fewer rows of M than null directions are padded with zero rows)
+  if (Y.rows() > dn) {
+    out.f = Eigen::HouseholderQR<ColMat>(Y).matrixQR().topRows(dn).triangularView<Eigen::Upper>();
+  } else {
+    out.f = ColMat::Zero(dn, dn);
+    out.f.topRows(Y.rows()) = Y;
+  }
   *flops += rest;
   // |fl(M V) - M V|_2 <= |fl(M V) - M V|_F <= gamma_c |M|_F |V|_F, with |V|_F = sqrt(c - r).
   const double rounding = double(c + 2) * 0x1.0p-53 * std::sqrt(fro2 * d_null);
