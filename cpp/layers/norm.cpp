@@ -181,6 +181,22 @@ Mat norm_jvp(const Model& m, const Op& op, const Mat& x, const Mat& dx, int n) {
         }
         continue;
       }
+      // BatchNorm in training mode, whose set is the feature: the same sums, in the same order,
+      // without a set lookup per element.
+      if (op.norm == NormKind::batch_train) {
+        s1.setZero();
+        s2.setZero();
+        for (int r = 0; r < N; ++r)
+          for (int f = 0; f < F; ++f) {
+            s1(f) += d(r, f);
+            s2(f) += xh(r, f) * d(r, f);
+          }
+        s1.array() /= cnt.array();
+        s2.array() /= cnt.array();
+        for (int r = 0; r < N; ++r)
+          for (int f = 0; f < F; ++f) o(r, f) = rstd(f) * (d(r, f) - s1(f) - xh(r, f) * s2(f));
+        continue;
+      }
 #endif
       s1.setZero();
       s2.setZero();
