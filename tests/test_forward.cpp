@@ -325,6 +325,40 @@ TEST_CASE("forward: float32 and float64 forwards of the same model agree to 1e-5
   }
 }
 
+TEST_CASE("forward: another model's output (run_model, the folds') is its Evaluator's base to the bit") {
+  // run_model forwards a folded model without an Evaluator's recordings or its scan of the values;
+  // it must give what an Evaluator of the same (rounded) model gives, in both precisions, float32
+  // and float64 configs alike. A float32 config's float64 input is not a float32 number: run_model
+  // must round it as the Evaluator does.
+  int float32_configs = 0;
+  for (const char* name : {"default", "gpt2-block", "norm-zoo", "qwen2-block", "article1-linear-batchnorm",
+                           "article4-layernorm-linear"}) {
+    for (const bool as_float32 : {false, true}) {
+      INFO("name := " << std::string(name) << ", as float32 := " << as_float32);
+      const Preset* p = find_preset(name);
+      REQUIRE(p != nullptr);
+      std::string text = p->config;
+      const size_t at = text.find("\"float64\"");
+      if (as_float32 && at != std::string::npos) text.replace(at, 9, "\"float32\"");
+      auto b = build(text);
+      float32_configs += b.model.dtype == DType::float32;
+      Model rounded = b.model;
+      if (rounded.dtype == DType::float32)
+        for (ModelParam& mp : rounded.params) round_to_float(mp.value);
+      const Mat x = draw_input(b.config, 0);
+      const Eval want = Evaluator(rounded, x).base();
+      const Eval got = Evaluator::run_model(Model(b.model), x);
+      CHECK(got.dtype == want.dtype);
+      CHECK(got.finite == want.finite);
+      CHECK_MAX_ABS_LE(got.y, want.y, 0.0);
+      CHECK_MAX_ABS_LE(got.y_other, want.y_other, 0.0);
+      CHECK(got.rounding == want.rounding);
+      CHECK(got.rounding_other == want.rounding_other);
+    }
+  }
+  CHECK(float32_configs == 7);
+}
+
 TEST_CASE("forward: stacked points equal forward_from per value, and refuse where samples mix") {
   // Every bias-like parameter of every preset, three values: the stacked pass (the op after the
   // parameter's on three times the samples) against forward_from of each value alone. Products

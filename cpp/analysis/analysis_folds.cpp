@@ -7,6 +7,22 @@
 
 namespace biaslab::analysis {
 
+namespace {
+// A folded network's output on the analysis's input (`net` may be left without its values).
+Eval folded_output(Network& net, const Mat& x) {
+#ifdef __EMSCRIPTEN__
+  // (wasm copies them: the first-load engine, which takes small configs only, counts the bytes)
+  return Evaluator::run_model(compile(net), x);
+#else
+  // The network lends the model its values: a block of 44 M parameters holds them once more,
+  // not twice.
+  Model m = compile(net, false);
+  lend_values(m);
+  return Evaluator::run_model(std::move(m), x);
+#endif
+}
+}  // namespace
+
 BIASLAB_COLD std::vector<FoldResult> analyse_folds(Context& c) {
   std::vector<FoldResult> out;
   const long before = count_parameters(c.net);
@@ -14,13 +30,9 @@ BIASLAB_COLD std::vector<FoldResult> analyse_folds(Context& c) {
   for (size_t i = 0; i < cands.size(); ++i) {
     c.step("fold " + std::string(cands[i].rule->id), 0.88 + 0.08 * i / std::max<size_t>(1, cands.size()));
     FoldResult r{cands[i], {}, {}, 0};
-    // (the folded network goes once compiled: a block of 44 M parameters holds them once more, not twice)
-    Model fm = [&] {
-      const Network folded = apply_fold(c.net, cands[i], r.applied);
-      r.params_removed = before - count_parameters(folded);
-      return compile(folded);
-    }();
-    r.delta = Evaluator::compare(c.ev->base(), Evaluator::run_model(std::move(fm), c.x));
+    Network folded = apply_fold(c.net, cands[i], r.applied);
+    r.params_removed = before - count_parameters(folded);
+    r.delta = Evaluator::compare(c.ev->base(), folded_output(folded, c.x));
     out.push_back(std::move(r));
   }
   return out;
@@ -45,11 +57,10 @@ BIASLAB_COLD MinimalModel minimal_model(Context& c) {
     }
     if (!changed) break;
   }
-  Model fm = compile(net);
-  mm.delta = Evaluator::compare(c.ev->base(), Evaluator::run_model(std::move(fm), c.x));
   mm.params_before = count_parameters(c.net);
   mm.params_after = count_parameters(net);
   mm.config = net.config;
+  mm.delta = Evaluator::compare(c.ev->base(), folded_output(net, c.x));
   return mm;
 }
 
