@@ -32,6 +32,12 @@ double per_token_flops(const Model& m, int p, int cut) {
   return f;
 }
 
+// The work of `rows` token rows' matrices of a shared tail at op p (tail_rows): each row's unit
+// tangents at p, one per feature, through the per-token ops [p, cut).
+double tail_rows_flops(const Model& m, double rows, int p, int cut) {
+  return rows * m.ops[static_cast<size_t>(p)].in * per_token_flops(m, p, cut);
+}
+
 double trace_bytes(const Trace& t) {
   double b = 0;
   for (const Mat& x : t.inputs) b += double(x.size());
@@ -892,7 +898,7 @@ std::vector<Mat> StructureSolver::tail_rows(int k, const Trace& tr, const TokenR
   }
   // Every bias pays for the rows it uses, made now or by an earlier bias: its budget, and so where
   // it stops, does not depend on which biases ran before it (in this engine or another part's).
-  *flops += double(sub.rows.size()) * m_.ops[static_cast<size_t>(p)].in * per_token_flops(m_, p, cut);
+  *flops += tail_rows_flops(m_, double(sub.rows.size()), p, cut);
   std::vector<Mat> out;
   out.reserve(sub.rows.size());
   for (Eigen::Index r : sub.rows) out.push_back(made.count(r) ? made.at(r) : cache.at(r));
@@ -1192,7 +1198,7 @@ Structure StructureSolver::solve(int param, const std::function<bool()>& cancell
   // (tail_rows) and the reference JVP.
   const double input_cost =
       query_rows ? query_cost + dense_cost / std::max(1, n) +
-                       (tail_p >= 0 ? double(plan_idx.size()) * m_.ops[static_cast<size_t>(tail_p)].in * per_token_flops(m_, tail_p, cut) : 0)
+                       (tail_p >= 0 ? tail_rows_flops(m_, double(plan_idx.size()), tail_p, cut) : 0)
                  : jvp_cost;
 
   UnionFind uf(n);
