@@ -11,11 +11,12 @@ namespace {
 // A folded network's output on the analysis's input (`net` may be left without its values).
 Eval folded_output(Network& net, const Mat& x) {
 #ifdef __EMSCRIPTEN__
-  // (wasm copies them: the first-load engine, which takes small configs only, counts the bytes)
+  // (every wasm engine copies them: the core is compiled once for them all, and the first-load
+  // engine counts the bytes of the lighter path)
   return Evaluator::run_model(compile(net), x);
 #else
-  // The network lends the model its values: a block of 44 M parameters holds them once more,
-  // not twice.
+  // The network lends the model its values, for good (the network is thrown away): a block of
+  // 44 M parameters holds them once more, not twice.
   Model m = compile(net, false);
   lend_values(m);
   return Evaluator::run_model(std::move(m), x);

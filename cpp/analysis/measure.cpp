@@ -42,7 +42,7 @@ Eval combine_eval(DType dtype, const MatT<float>& y32, const Mat& y64) {
 
 namespace {
 // The float64 run's weights: the model's own, or for a float32 model exactly its float32 values:
-// the model's own where they are float32 numbers (build_network, run_model), else a copy rounded
+// the model's own where they are float32 numbers (build_network; run_model in wasm), else a copy rounded
 // to them. (Built once, in the member's initialiser: the first-load engine counts the bytes.)
 [[gnu::noinline]] BIASLAB_COLD Weights<double> reference_weights(const Model& m, const Weights<float>& wf) {
   bool exact = true;
@@ -108,10 +108,13 @@ BIASLAB_COLD Eval Evaluator::run_model(Model&& other, const Mat& x) {
   if (other.dtype == DType::float32)  // (in place: a wide model's copy rounded would be its size again)
     for (ModelParam& p : other.params) round_to_float(p.value);
 #ifdef __EMSCRIPTEN__
-  return Evaluator(other, x).base();  // (the first-load engine counts the bytes of the lines below)
+  // (every wasm engine: the core is compiled once for them all, and the first-load engine counts
+  // the bytes of the lines below)
+  return Evaluator(other, x).base();
 #else
   // Its values are now numbers of the config's precision, so the float64 run reads them as they
-  // are (an Evaluator would scan them to learn that), and neither run is recorded: none restarts.
+  // are (an Evaluator would scan a float32 model's values to learn that), and neither run is
+  // recorded: none restarts part-way.
   const MatT<float> xf = x.cast<float>();
   const Mat xd = other.dtype == DType::float32 ? Mat(xf.cast<double>()) : x;
   const MatT<float> y32 = forward<float>(other, cast_weights<float>(other), xf);

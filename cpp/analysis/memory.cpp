@@ -66,8 +66,16 @@ BIASLAB_COLD MemoryNeed memory_need(const Network& net, const Model& m, Structur
     // The folds come last, after release_for_folds: the network alone is held then.
     const double net_only = 8.0 * P;
     const std::vector<FoldCandidate> cands = find_folds(net);
-    // Each fold copies the whole network, then compiles the copy (a fold that only moves vectors
-    // leaves at least P - V entries in both).
+    // Each fold copies the whole network; the folded model beside it is, natively, its float32
+    // copy (the copy lends the model its values: analysis_folds.cpp), in wasm the copy compiled.
+    // (A fold that only moves vectors leaves at least P - V entries in each.)
+#ifdef __EMSCRIPTEN__
+    constexpr double kBeside = 8.0;
+    const char* const beside = "the network, a fold's copy of it and the copy compiled";
+#else
+    constexpr double kBeside = 4.0;
+    const char* const beside = "the network, a fold's copy of it and that copy in float32";
+#endif
     bool any = false, moves_vectors = false, minimal = false;
     for (const FoldCandidate& c : cands) {
       any = true;
@@ -75,8 +83,8 @@ BIASLAB_COLD MemoryNeed memory_need(const Network& net, const Model& m, Structur
       minimal = minimal || c.rule->in_minimal;
     }
     if (any) {
-      if (moves_vectors && 16.0 * (P - V) > 8.0 * P)
-        consider(net_only + 16.0 * (P - V), "layers", "the network, a fold's copy of it and the copy compiled");
+      if (moves_vectors && (8.0 + kBeside) * (P - V) > 8.0 * P)
+        consider(net_only + (8.0 + kBeside) * (P - V), "layers", beside);
       else
         consider(net_only + 8.0 * P, "layers", "the network and a fold's copy of it");
     }

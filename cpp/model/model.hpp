@@ -196,6 +196,7 @@ Model compile(const Network& net, bool values = true);
 // network `m` was compiled from (without values) into `m`, return_values moves them back (`m`'s
 // are then empty). The network must outlive both calls and must not change between them; it is
 // written through ModelParam::source (it is not const: compile takes it as const only to read).
+// A network thrown away after lending (a folded one) is never given them back.
 void lend_values(Model& m);
 void return_values(Model& m);
 
