@@ -8,19 +8,18 @@
 namespace biaslab::analysis {
 
 namespace {
-// A folded network's output on the analysis's input (`net` may be left without its values).
+// A folded network's output on the analysis's input (`net` may be left without its values:
+// kFoldsLendValues, measure.hpp).
 Eval folded_output(Network& net, const Mat& x) {
-#ifdef __EMSCRIPTEN__
-  // (every wasm engine copies them: the core is compiled once for them all, and the first-load
-  // engine counts the bytes of the lighter path)
-  return Evaluator::run_model(compile(net), x);
-#else
-  // The network lends the model its values, for good (the network is thrown away): a block of
-  // 44 M parameters holds them once more, not twice.
-  Model m = compile(net, false);
-  lend_values(m);
-  return Evaluator::run_model(std::move(m), x);
-#endif
+  if constexpr (kFoldsLendValues) {
+    // The network lends the model its values, for good (the network is thrown away): a block of
+    // 44 M parameters holds them once more, not twice.
+    Model m = compile(net, false);
+    lend_values(m);
+    return Evaluator::run_model(std::move(m), x);
+  } else {
+    return Evaluator::run_model(compile(net), x);
+  }
 }
 }  // namespace
 

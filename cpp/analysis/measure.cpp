@@ -107,19 +107,17 @@ std::optional<Eval> Evaluator::run_near(int param, const Mat* value, double far,
 BIASLAB_COLD Eval Evaluator::run_model(Model&& other, const Mat& x) {
   if (other.dtype == DType::float32)  // (in place: a wide model's copy rounded would be its size again)
     for (ModelParam& p : other.params) round_to_float(p.value);
-#ifdef __EMSCRIPTEN__
-  // (every wasm engine: the core is compiled once for them all, and the first-load engine counts
-  // the bytes of the lines below)
-  return Evaluator(other, x).base();
-#else
-  // Its values are now numbers of the config's precision, so the float64 run reads them as they
-  // are (an Evaluator would scan a float32 model's values to learn that), and neither run is
-  // recorded: none restarts part-way.
-  const MatT<float> xf = x.cast<float>();
-  const Mat xd = other.dtype == DType::float32 ? Mat(xf.cast<double>()) : x;
-  const MatT<float> y32 = forward<float>(other, cast_weights<float>(other), xf);
-  return combine_eval(other.dtype, y32, forward<double>(other, model_weights(other), xd));
-#endif
+  if constexpr (kFoldsLendValues) {
+    // Its values are now numbers of the config's precision, so the float64 run reads them as
+    // they are (an Evaluator would scan a float32 model's values to learn that), and neither run
+    // is recorded: none restarts part-way.
+    const MatT<float> xf = x.cast<float>();
+    const Mat xd = other.dtype == DType::float32 ? Mat(xf.cast<double>()) : x;
+    const MatT<float> y32 = forward<float>(other, cast_weights<float>(other), xf);
+    return combine_eval(other.dtype, y32, forward<double>(other, model_weights(other), xd));
+  } else {
+    return Evaluator(other, x).base();
+  }
 }
 
 Delta Evaluator::compare(const Eval& a, const Eval& b) {

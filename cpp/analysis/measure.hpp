@@ -21,6 +21,18 @@
 
 namespace biaslab {
 
+// How a fold's output is measured, one decision for its three places: natively the folded
+// network lends the compiled model its values (analysis_folds.cpp) and run_model forwards that
+// model in both precisions without an Evaluator, so beside the fold's copy sits only its float32
+// copy; every wasm engine compiles a copy and runs an Evaluator, because the core is compiled
+// once for them all and the first-load engine has no bytes for the lighter lines. memory_need
+// (memory.cpp) counts whichever path this selects.
+#ifdef __EMSCRIPTEN__
+inline constexpr bool kFoldsLendValues = false;
+#else
+inline constexpr bool kFoldsLendValues = true;
+#endif
+
 struct Eval {
   Mat y;            // output in the config's dtype, widened to double
   Mat y_other;      // the same output in the other precision

@@ -66,16 +66,12 @@ BIASLAB_COLD MemoryNeed memory_need(const Network& net, const Model& m, Structur
     // The folds come last, after release_for_folds: the network alone is held then.
     const double net_only = 8.0 * P;
     const std::vector<FoldCandidate> cands = find_folds(net);
-    // Each fold copies the whole network; the folded model beside it is, natively, its float32
-    // copy (the copy lends the model its values: analysis_folds.cpp), in wasm the copy compiled.
+    // Each fold copies the whole network; beside it sits that copy in float32 where the copy
+    // lends the model its values, else the copy compiled (kFoldsLendValues, measure.hpp).
     // (A fold that only moves vectors leaves at least P - V entries in each.)
-#ifdef __EMSCRIPTEN__
-    constexpr double kBeside = 8.0;
-    const char* const beside = "the network, a fold's copy of it and the copy compiled";
-#else
-    constexpr double kBeside = 4.0;
-    const char* const beside = "the network, a fold's copy of it and that copy in float32";
-#endif
+    constexpr double kBeside = kFoldsLendValues ? 4.0 : 8.0;
+    const char* const beside = kFoldsLendValues ? "the network, a fold's copy of it and that copy in float32"
+                                                : "the network, a fold's copy of it and the copy compiled";
     bool any = false, moves_vectors = false, minimal = false;
     for (const FoldCandidate& c : cands) {
       any = true;
