@@ -42,7 +42,8 @@ Eval combine_eval(DType dtype, const MatT<float>& y32, const Mat& y64) {
 
 namespace {
 // The float64 run's weights: the model's own, or for a float32 model exactly its float32 values:
-// the model's own where they are float32 numbers (build_network; run_model in wasm), else a copy rounded
+// the model's own where they are float32 numbers (build_network; run_model where
+// kFoldsLendValues is false), else a copy rounded
 // to them. (Built once, in the member's initialiser: the first-load engine counts the bytes.)
 [[gnu::noinline]] BIASLAB_COLD Weights<double> reference_weights(const Model& m, const Weights<float>& wf) {
   bool exact = true;

@@ -25,8 +25,10 @@ namespace biaslab {
 // network lends the compiled model its values (analysis_folds.cpp) and run_model forwards that
 // model in both precisions without an Evaluator, so beside the fold's copy sits only its float32
 // copy; every wasm engine compiles a copy and runs an Evaluator, because the core is compiled
-// once for them all and the first-load engine has no bytes for the lighter lines. memory_need
-// (memory.cpp) counts whichever path this selects.
+// once for them all and the first-load engine cannot afford the lighter path's code. memory_need
+// (memory.cpp) counts whichever path this selects. It depends on the target alone, never on a
+// define of one wasm module (BIASLAB_LEAN_ENGINE): memory.cpp is compiled for each module, the
+// other two files once in the core, and the three must agree.
 #ifdef __EMSCRIPTEN__
 inline constexpr bool kFoldsLendValues = false;
 #else

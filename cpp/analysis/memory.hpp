@@ -7,8 +7,8 @@
 // measurements run (4), and the Gram matrix a wide MLP bias takes from its
 // layers' factors (with the gated FFN's shared factor beside it). The folds come last, with the
 // network alone held (release_for_folds): a fold's copy of the whole network and, beside it, its
-// float32 copy (natively: the copy lends the folded model its values) or the compiled folded
-// model (wasm); the smallest model's working copy and the copy its first step makes.
+// float32 copy (where the copy lends the folded model its values: kFoldsLendValues, natively)
+// or the compiled folded model (wasm); the smallest model's working copy and the copy its first step makes.
 // A config over the budget by this bound would certainly not fit and is refused with the stage
 // that needs it; one under it may still run out (an allocation the bound does not count), and
 // then the analysis reports that it ran out of memory.
