@@ -6,6 +6,8 @@ analyses): any difference in any field but the wall-clock timings fails.
 
     tests/golden/golden.py check BIASLAB            # compare (the test command runs this)
     tests/golden/golden.py make BIASLAB [--count N] # write corpus.json (if absent) and reports.json.gz
+    tests/golden/golden.py check web/test/support/engine-cli.mjs --page-engine
+                                                    # the page's engine against the same reports
 
 BIASLAB is a built CLI, e.g. build/biaslab. The corpus (corpus.json) is drawn once from the
 config schema (`biaslab schema`: every layer type, every option, at small and degenerate sizes:
@@ -99,7 +101,10 @@ def equate_noise(a, b, rounding=None):
     - a null singular value below NULL_SIGMA_NOISE in both; a kept one within KEPT_RTOL;
     - a null basis: the same span (a basis of a null space of two or more dimensions is any
       rotation of another). The sweep's move along it is then another random direction in it,
-      whose changes stay under their floors (the first rule).
+      whose changes stay under their floors (the first rule);
+    - a structure's count of clusters where its rank stayed 0 on every input: its Jacobian is
+      rounding alone, and the columns fall into clusters by which of its entries came out exactly
+      zero.
     Everything else is left to first_difference."""
     if isinstance(a, list) and isinstance(b, list):
         for x, y in zip(a, b):
@@ -155,6 +160,9 @@ def equate_noise(a, b, rounding=None):
     ka, kb = a.get("kept_sigma_min"), b.get("kept_sigma_min")
     if _num(ka) and _num(kb) and abs(ka - kb) <= KEPT_RTOL * max(abs(ka), abs(kb)):
         b["kept_sigma_min"] = ka
+    ha, hb = a.get("rank_history"), b.get("rank_history")
+    if isinstance(ha, list) and ha and ha == hb and not any(ha) and _num(a.get("clusters")):
+        b["clusters"] = a["clusters"]
     ba, bb = a.get("null_basis"), b.get("null_basis")
     if isinstance(ba, list) and isinstance(bb, list) and ba and ba != bb and _same_span(ba, bb):
         b["null_basis"] = copy.deepcopy(ba)
@@ -299,6 +307,26 @@ def first_difference(a, b, path="$", field=""):
     return None
 
 
+def page_engine_bound(stored, now):
+    """For --page-engine, the fields that describe the engine rather than the analysis: the memory
+    bound counts what the engine holds at once, and its stage says what that is; a wasm engine
+    keeps a compiled copy of a fold's network where the CLI lends it the network's values
+    (kFoldsLendValues, cpp/analysis/memory.cpp). So the page's bound may be larger than the CLI's,
+    never smaller. Removes both fields from both reports; returns a difference, or None."""
+    bounds = []
+    for report in (stored, now):
+        memory = report.get("work", {}).get("memory")
+        bounds.append(memory.pop("bound", None) if isinstance(memory, dict) else None)
+        if isinstance(memory, dict):
+            memory.pop("stage", None)
+    a, b = bounds
+    if _num(a) and _num(b) and b < a:
+        return f"$.work.memory.bound: the page's engine {b} under the CLI's {a}"
+    if _num(a) != _num(b):
+        return f"$.work.memory.bound: stored {a}, now {b}"
+    return None
+
+
 def analyse_all(biaslab, items, jobs):
     with ThreadPoolExecutor(max_workers=jobs) as pool:
         return dict(zip([e["name"] for e in items], pool.map(lambda e: analyse(biaslab, e), items)))
@@ -311,6 +339,8 @@ def main(argv):
     parser.add_argument("--count", type=int, default=300, help="random stacks in a new corpus (default 300)")
     parser.add_argument("--new-corpus", action="store_true", help="draw corpus.json again (make only)")
     parser.add_argument("--jobs", type=int, default=os.cpu_count() or 1)
+    parser.add_argument("--page-engine", action="store_true",
+                        help="BIASLAB is the page's wasm engine (check only): its memory bound and stage are its own")
     args = parser.parse_args(argv)
     biaslab = os.path.abspath(args.biaslab)
     if not os.access(biaslab, os.X_OK):
@@ -318,6 +348,9 @@ def main(argv):
         return 2
 
     if args.command == "make":
+        if args.page_engine:
+            print("golden: the stored reports are the CLI's; make them with build/biaslab", file=sys.stderr)
+            return 2
         if args.new_corpus or not os.path.exists(CORPUS):
             schema = json.loads(run(biaslab, ["schema"])[1])
             with open(CORPUS, "w") as f:
@@ -344,8 +377,9 @@ def main(argv):
             differ += 1
             print(f"DIFF {name}: {'new entry (not stored)' if name in now else 'stored, no longer in the corpus'}")
             continue
+        d = page_engine_bound(stored[name], now[name]) if args.page_engine else None
         equate_noise(stored[name], now[name])
-        d = first_difference(stored[name], now[name])
+        d = d or first_difference(stored[name], now[name])
         if d:
             differ += 1
             print(f"DIFF {name}: {d}")

@@ -102,6 +102,30 @@ class EquateNoise(unittest.TestCase):
         golden.equate_noise(a, b)
         self.assertIsNotNone(golden.first_difference(a, b))
 
+    def test_clusters_of_a_jacobian_that_is_rounding_alone(self):
+        # Rank 0 on every input: which entries came out exactly zero is rounding, and so is the
+        # count of clusters they make. With any rank, the clusters are the Jacobian's structure.
+        def clusters(history, a_count, b_count):
+            a, b = report(), report()
+            for r, count in ((a, a_count), (b, b_count)):
+                r["biases"][0]["structure"].update(rank_history=history, clusters=count)
+            golden.equate_noise(a, b)
+            return golden.first_difference(a, b)
+        self.assertIsNone(clusters([0, 0], 2, 3))
+        self.assertIsNotNone(clusters([3, 3], 2, 3))
+        self.assertIsNotNone(clusters([0, 1], 2, 3))
+
+    def test_the_page_engines_memory_bound(self):
+        # The page's engine may hold more than the CLI (a float32 copy of a fold's network), never less.
+        def bounds(stored, now):
+            a, b = report(), report()
+            a["work"], b["work"] = {"memory": {"bound": stored, "stage": "s"}}, {"memory": {"bound": now, "stage": "t"}}
+            d = golden.page_engine_bound(a, b)
+            return d or golden.first_difference(a, b)
+        self.assertIsNone(bounds(21248.0, 25344.0))
+        self.assertIsNone(bounds(2304.0, 2304.0))
+        self.assertIsNotNone(bounds(25344.0, 21248.0))
+
     def test_the_stored_report_is_left_alone(self):
         a, b = report(), report()
         b["biases"][0]["max_abs_delta"] = 3.0e-6
