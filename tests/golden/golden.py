@@ -102,9 +102,9 @@ def equate_noise(a, b, rounding=None):
     - a null basis: the same span (a basis of a null space of two or more dimensions is any
       rotation of another). The sweep's move along it is then another random direction in it,
       whose changes stay under their floors (the first rule);
-    - a structure's count of clusters where its rank stayed 0 on every input: its Jacobian is
-      rounding alone, and the columns fall into clusters by which of its entries came out exactly
-      zero.
+    - a structure's count of clusters where its rank stayed 0 on every input and its Jacobian was
+      not exactly zero: it is rounding alone, and the columns fall into clusters by which of its
+      entries came out exactly zero.
     Everything else is left to first_difference."""
     if isinstance(a, list) and isinstance(b, list):
         for x, y in zip(a, b):
@@ -161,7 +161,8 @@ def equate_noise(a, b, rounding=None):
     if _num(ka) and _num(kb) and abs(ka - kb) <= KEPT_RTOL * max(abs(ka), abs(kb)):
         b["kept_sigma_min"] = ka
     ha, hb = a.get("rank_history"), b.get("rank_history")
-    if isinstance(ha, list) and ha and ha == hb and not any(ha) and _num(a.get("clusters")):
+    if isinstance(ha, list) and ha and ha == hb and not any(ha) and _num(a.get("clusters")) \
+            and _num(sa) and _num(sb) and sa > 0 and sb > 0:
         b["clusters"] = a["clusters"]
     ba, bb = a.get("null_basis"), b.get("null_basis")
     if isinstance(ba, list) and isinstance(bb, list) and ba and ba != bb and _same_span(ba, bb):
@@ -307,23 +308,27 @@ def first_difference(a, b, path="$", field=""):
     return None
 
 
+# The stage of the memory bound where the page's engine holds a fold's network compiled
+# (cpp/analysis/memory.cpp).
+PAGE_FOLD_STAGE = "the network, a fold's copy of it and the copy compiled"
+
+
 def page_engine_bound(stored, now):
-    """For --page-engine, the fields that describe the engine rather than the analysis: the memory
-    bound counts what the engine holds at once, and its stage says what that is; a wasm engine
-    keeps a compiled copy of a fold's network where the CLI lends it the network's values
-    (kFoldsLendValues, cpp/analysis/memory.cpp). So the page's bound may be larger than the CLI's,
-    never smaller. Removes both fields from both reports; returns a difference, or None."""
-    bounds = []
-    for report in (stored, now):
-        memory = report.get("work", {}).get("memory")
-        bounds.append(memory.pop("bound", None) if isinstance(memory, dict) else None)
-        if isinstance(memory, dict):
-            memory.pop("stage", None)
-    a, b = bounds
-    if _num(a) and _num(b) and b < a:
-        return f"$.work.memory.bound: the page's engine {b} under the CLI's {a}"
-    if _num(a) != _num(b):
+    """For --page-engine, the one field that describes the engine rather than the analysis: a wasm
+    engine keeps a compiled copy of a fold's network where the CLI lends it the network's values
+    (kFoldsLendValues, cpp/analysis/memory.cpp). Where the page's largest stage is that one, its
+    bound may be larger than the CLI's, never smaller, and the two are removed from both reports;
+    anywhere else they are left to first_difference. Returns a difference, or None."""
+    memories = [report.get("work", {}).get("memory") for report in (stored, now)]
+    if not all(isinstance(m, dict) for m in memories) or memories[1].get("stage") != PAGE_FOLD_STAGE:
+        return None
+    a, b = (m.pop("bound", None) for m in memories)
+    for m in memories:
+        m.pop("stage", None)
+    if not (_num(a) and _num(b)):
         return f"$.work.memory.bound: stored {a}, now {b}"
+    if b < a:
+        return f"$.work.memory.bound: the page's engine {b} under the CLI's {a}"
     return None
 
 

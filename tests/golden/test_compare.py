@@ -103,28 +103,41 @@ class EquateNoise(unittest.TestCase):
         self.assertIsNotNone(golden.first_difference(a, b))
 
     def test_clusters_of_a_jacobian_that_is_rounding_alone(self):
-        # Rank 0 on every input: which entries came out exactly zero is rounding, and so is the
-        # count of clusters they make. With any rank, the clusters are the Jacobian's structure.
-        def clusters(history, a_count, b_count):
+        # Rank 0 on every input with a nonzero null singular value: which entries came out exactly
+        # zero is rounding, and so is the count of clusters they make. With any rank, or with a
+        # Jacobian that is exactly zero, the clusters are the Jacobian's structure.
+        def clusters(history, a_count, b_count, sigma=(3.0e-17, 4.0e-16)):
             a, b = report(), report()
-            for r, count in ((a, a_count), (b, b_count)):
-                r["biases"][0]["structure"].update(rank_history=history, clusters=count)
+            for r, count, s in ((a, a_count, sigma[0]), (b, b_count, sigma[1])):
+                r["biases"][0]["structure"].update(rank_history=history, clusters=count, null_sigma_max=s)
             golden.equate_noise(a, b)
             return golden.first_difference(a, b)
         self.assertIsNone(clusters([0, 0], 2, 3))
         self.assertIsNotNone(clusters([3, 3], 2, 3))
         self.assertIsNotNone(clusters([0, 1], 2, 3))
+        self.assertIsNotNone(clusters([0, 0], 2, 3, sigma=(0.0, 0.0)))
+        self.assertIsNotNone(clusters([0, 0], 2, 3, sigma=(0.0, 4.0e-16)))
 
     def test_the_page_engines_memory_bound(self):
-        # The page's engine may hold more than the CLI (a float32 copy of a fold's network), never less.
-        def bounds(stored, now):
+        # Where the page's engine holds the compiled copy of a fold's network (the CLI lends the
+        # network its values instead), its bound may be larger than the CLI's, never smaller.
+        # Anywhere else, the bound and its stage are the analysis's and are the same.
+        compiled = golden.PAGE_FOLD_STAGE
+
+        def bounds(stored, now, stored_stage="the network and a fold's copy of it", now_stage=compiled):
             a, b = report(), report()
-            a["work"], b["work"] = {"memory": {"bound": stored, "stage": "s"}}, {"memory": {"bound": now, "stage": "t"}}
+            a["work"] = {"memory": {"bound": stored, "stage": stored_stage}}
+            b["work"] = {"memory": {"bound": now, "stage": now_stage}}
             d = golden.page_engine_bound(a, b)
             return d or golden.first_difference(a, b)
         self.assertIsNone(bounds(21248.0, 25344.0))
         self.assertIsNone(bounds(2304.0, 2304.0))
         self.assertIsNotNone(bounds(25344.0, 21248.0))
+        self.assertIsNotNone(bounds(25344.0, None))
+        other = "the Gram matrix of b from its layers' factors (8 x 8)"
+        self.assertIsNone(bounds(2304.0, 2304.0, other, other))
+        self.assertIsNotNone(bounds(2304.0, 2560.0, other, other))
+        self.assertIsNotNone(bounds(2304.0, 2304.0, other, "the network and a fold's copy of it"))
 
     def test_the_stored_report_is_left_alone(self):
         a, b = report(), report()

@@ -1,56 +1,93 @@
 #!/usr/bin/env node
 // The page's engine (the Node build of the wasm module) behind the few CLI commands that
 // tests/golden/golden.py uses, so that the golden reports check the engine the page runs as well
-// as the native one (scripts/test.sh):
-//
-//   engine-cli.mjs presets
-//   engine-cli.mjs analyze --preset NAME|- --format json --memory-budget 2.147483648
-//
-// Output and exit status as `biaslab` gives them: the JSON report on stdout, 0 for a report,
-// 2 for an error the config caused, 1 for an internal one. The wasm engine's memory budget is its
-// heap's limit (2 GB), the one golden.py asks for; any other budget is refused, not ignored.
+// as the native one (scripts/test.sh). Output, messages and exit statuses are `biaslab`'s: the
+// JSON report on stdout, 0 for a report, 2 for an error the config or the arguments caused, 1 for
+// an internal one. The wasm engine's memory budget is its heap's limit (2 GB), the one golden.py
+// asks for; any other budget is refused, not ignored.
 import { readFileSync } from 'node:fs';
 
 import { fresh_module } from './engine.js';
 
 const PAGE_BUDGET_GB = '2.147483648';
+const USAGE = `usage:
+  engine-cli.mjs presets
+  engine-cli.mjs analyze FILE|-|--preset NAME --format json --memory-budget ${PAGE_BUDGET_GB}
+`;
 
-function fail(message) {
-  process.stderr.write(`error: ${message}\n`);
-  process.exit(2);
-}
-
-const [command, ...args] = process.argv.slice(2);
-const m = await fresh_module();
-if (command === 'presets' && args.length === 0) {
-  for (const p of JSON.parse(m.presets())) process.stdout.write(`${p.name}\n`);
-  process.exit(0);
-}
-if (command !== 'analyze') fail(`engine-cli: unknown command '${command}' (presets, analyze)`);
-
-let config = null;
-for (let i = 0; i < args.length; i++) {
-  const a = args[i];
-  if (a === '--preset') {
-    const name = args[++i];
-    const p = JSON.parse(m.presets()).find((q) => q.name === name);
-    if (!p) fail(`unknown preset '${name}'`);
-    config = p.config;
-  } else if (a === '--format') {
-    if (args[++i] !== 'json') fail('engine-cli writes --format json only');
-  } else if (a === '--memory-budget') {
-    if (args[++i] !== PAGE_BUDGET_GB) fail(`the wasm engine's budget is its heap's ${PAGE_BUDGET_GB} GB`);
-  } else if (a === '-') {
-    config = readFileSync(0, 'utf8');
-  } else {
-    fail(`engine-cli: unknown argument '${a}'`);
+/** The reason to stop, with the exit status and what goes to stderr. */
+class Exit {
+  constructor(status, message) {
+    this.status = status;
+    this.message = message;
   }
 }
-if (config === null) fail('analyze needs --preset NAME or - (the config on standard input)');
 
-const text = m.analyze(config);
-process.stdout.write(`${text}\n`);
-const report = JSON.parse(text);
-if (report.ok) process.exit(0);
-// As the CLI: a config error names a path or is a parse error; anything else is internal.
-process.exit((report.error?.message ?? '').startsWith('internal error') ? 1 : 2);
+const usage_error = (message) => new Exit(2, `error: ${message}\n\n${USAGE}`);
+
+/** Node writes to a pipe asynchronously once it is full: exit only when stdout has taken it all. */
+function finish(status, out = '', err = '') {
+  if (err) process.stderr.write(err);
+  process.stdout.write(out, () => process.exit(status));
+}
+
+function parse_analyze(args) {
+  let preset = null, file = null;
+  for (let i = 0; i < args.length; i++) {
+    const a = args[i];
+    if (a === '--preset') {
+      if (i + 1 >= args.length) throw usage_error('--preset needs a name (see `biaslab presets`)');
+      preset = args[++i];
+    } else if (a === '--format') {
+      if (args[++i] !== 'json') throw usage_error('engine-cli writes --format json only');
+    } else if (a === '--memory-budget') {
+      if (args[++i] !== PAGE_BUDGET_GB) throw usage_error(`the wasm engine's memory budget is its heap's, ${PAGE_BUDGET_GB} GB`);
+    } else if (a.startsWith('--')) {
+      throw usage_error(`unknown option ${a}`);
+    } else if (file === null) {
+      file = a;
+    } else {
+      throw usage_error('analyze takes one config file');
+    }
+  }
+  if (preset !== null && file !== null) throw usage_error('give a config file or --preset, not both');
+  if (preset === null && file === null) throw usage_error('analyze needs a config file, - for standard input, or --preset NAME');
+  return { preset, file };
+}
+
+async function main([command, ...args]) {
+  if (command === 'presets') {
+    if (args.length) throw usage_error('presets takes no arguments');
+    const m = await fresh_module();
+    return [0, JSON.parse(m.presets()).map((p) => `${p.name}\n`).join('')];
+  }
+  if (command !== 'analyze') throw usage_error(`unknown command '${command ?? ''}'`);
+  const { preset, file } = parse_analyze(args);
+  let config = null;
+  if (file !== null) {
+    try {
+      config = readFileSync(file === '-' ? 0 : file, 'utf8');
+    } catch {
+      throw new Exit(2, `error: cannot read ${file}\n`);
+    }
+  }
+  const m = await fresh_module();
+  if (preset !== null) {
+    const p = JSON.parse(m.presets()).find((q) => q.name === preset);
+    if (!p) throw usage_error(`unknown preset '${preset}' (see \`biaslab presets\`)`);
+    config = p.config;
+  }
+  const text = m.analyze(config);
+  const report = JSON.parse(text);
+  // As the CLI: a config error names a path or is a parse error; anything else is internal.
+  const status = report.ok ? 0 : (report.error?.message ?? '').startsWith('internal error') ? 1 : 2;
+  return [status, `${text}\n`];
+}
+
+try {
+  const [status, out] = await main(process.argv.slice(2));
+  finish(status, out);
+} catch (e) {
+  if (e instanceof Exit) finish(e.status, '', e.message);
+  else finish(1, '', `internal error: ${e?.message ?? e}\n`);
+}
