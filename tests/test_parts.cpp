@@ -127,6 +127,66 @@ TEST_CASE("parts: a config worth splitting splits once, into the parts the helpe
   CHECK_FALSE(report.contains("pending"));
 }
 
+TEST_CASE("parts: the engines of a split hold at most split_memory by their memory bounds") {
+  const ExperimentConfig cfg = config_from(kBlock);
+  // The parts the engine asks for (1: it did not split), and its memory bound.
+  auto parts_with = [&](double split_memory) {
+    std::vector<int> asked;
+    AnalyzeOptions opt;
+    opt.split_over = 4;
+    opt.split_memory = split_memory;
+    opt.split = [&](int count) { asked.push_back(count); };
+    const json r = analyze(cfg, opt);
+    REQUIRE(r.value("ok", false));
+    return std::pair<int, double>{asked.empty() ? 1 : asked[0], r["work"]["memory"]["bound"].get<double>()};
+  };
+  const auto [count, bound] = parts_with(kSplitMemory);
+  INFO("with the default " << kSplitMemory / 1048576 << " MiB: " << count << " parts, each bound " << bound / 1048576 << " MiB");
+  REQUIRE(count >= 2);
+  REQUIRE(count * bound <= kSplitMemory);
+  CHECK(parts_with(1.5 * bound).first == 1);
+  CHECK(parts_with(2.5 * bound).first == 2);
+  CHECK(parts_with(count * bound).first == count);
+}
+
+TEST_CASE("parts: a gated FFN's gate and up biases share a part where that lightens the heaviest") {
+  // Qwen2-style q, k and v biases, and a gated FFN with biases whose gate and up biases take
+  // their Gram matrices from the layers' factors (512 directions): A = W2^T Gamma^2 W2 is the
+  // same for both, and one engine makes it once. In two parts, the pair together (its work less
+  // one A) and the three attention biases balance better than the pair apart; a plan that weighs
+  // each bias alone puts the gate and up biases, the two heaviest, in different parts.
+  const ExperimentConfig cfg = config_from(R"({"version": 1, "seed": 5, "dtype": "float32",
+    "shape": {"batch": 2, "tokens": 16, "features": 64},
+    "layers": [
+      {"type": "residual", "body": [{"type": "rmsnorm"}, {"type": "attention", "num_heads": 4, "num_kv_heads": 2,
+                                    "o_bias": false, "causal": true, "rope": true}]},
+      {"type": "residual", "body": [{"type": "rmsnorm"}, {"type": "glu", "hidden": 512, "bias": true}]}]})");
+  const json whole = without_timing(analyze(cfg, AnalyzeOptions{}));
+  REQUIRE(whole.value("ok", false));
+  // Both took their Gram matrices from the factors (else the test says nothing).
+  for (const json& row : whole["biases"])
+    if (row["param"] == "layers.1.body.1.gate_proj.bias" || row["param"] == "layers.1.body.1.up_proj.bias")
+      CHECK_MESSAGE(row["structure"]["stop_note"].get<std::string>().find("Gram matrix") != std::string::npos,
+                    row["param"] << ": " << row["structure"]["stop_note"]);
+  for (int count : {2, 3}) {
+    std::vector<json> parts;
+    const json merged = split_report(cfg, count, &parts);
+    REQUIRE(merged.value("ok", false));
+    CHECK(without_timing(merged) == whole);
+    if (count != 2) continue;
+    // Which part answered a bias (0: the first, whose rows are not in `parts`).
+    auto part_of = [&](const std::string& param) {
+      for (size_t k = 0; k < parts.size(); ++k)
+        for (const json& row : parts[k]["part"]["biases"])
+          if (row["param"] == param) return static_cast<int>(k) + 1;
+      return 0;
+    };
+    const int gate = part_of("layers.1.body.1.gate_proj.bias"), up = part_of("layers.1.body.1.up_proj.bias");
+    INFO("the gate bias in part " << gate << ", the up bias in part " << up);
+    CHECK(gate == up);
+  }
+}
+
 TEST_CASE("parts: parts that do not belong together give an error, never a report") {
   const ExperimentConfig cfg = config_from(kBlock);
   AnalyzeOptions opt;

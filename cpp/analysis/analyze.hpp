@@ -11,6 +11,10 @@
 
 namespace biaslab {
 
+// What the engines of one split may hold at once by their memory bounds, unless the caller says
+// (AnalyzeOptions::split_memory): one engine's budget in the page, 2 GiB.
+constexpr double kSplitMemory = 2.0 * 1024 * 1024 * 1024;
+
 struct AnalyzeOptions {
   bool sweep = true;
   bool invariances = true;
@@ -35,9 +39,11 @@ struct AnalyzeOptions {
   // same but for timing_ms.
   //   split_over > 1: the caller has that many engines; analyze() splits the analysis into as many
   //   parts as its work is worth (at most split_over, and as many as the memory bound lets run at
-  //   once in 2 GB), calls split(count) when that is more than one, and goes on as part 0.
+  //   once in split_memory bytes), calls split(count) when that is more than one, and goes on as
+  //   part 0.
   //   part_count > 1: run part part_index of part_count (a helper engine, or a test).
   int split_over = 1;
+  double split_memory = kSplitMemory;
   std::function<void(int count)> split;
   int part_index = 0, part_count = 1;
 };

@@ -5,6 +5,8 @@
 // Compiled for each wasm module on its own: the page's first-load engine never splits (a config
 // worth splitting goes to the full engine anyway).
 #include <algorithm>
+#include <bitset>
+#include <cmath>
 #include <map>
 #include <numeric>
 
@@ -33,9 +35,6 @@ namespace {
 // A split pays for itself from about this much work: each further engine builds the model and
 // its base forwards again (about a tenth of a second in the page for a GPT-2-small block).
 constexpr double kSplitMinFlops = 4e9;
-// What the engines of one split may hold at once, by their memory bounds (memory.hpp): the
-// page's budget for one engine.
-constexpr double kSplitMemory = 2.0 * 1024 * 1024 * 1024;
 
 // The work of one bias, as the plan weighs it: its structure (the structural budget's estimate,
 // or the Gram matrix from its layers' factors) and its sweep (11 sizes in two precisions, from
@@ -57,40 +56,86 @@ bool stays_first(const Context& c, int pi) {
 // the biases' work in the page on the GPT-2-small block (0.6 + 2.3 s against 30 + 14 s).
 constexpr double kFirstPartExtra = 0.1;
 
-// The groups of `count` parts, and the heaviest group's work: a position table's bias to group
-// 0, which starts with kFirstPartExtra of the work, then the heaviest bias first, each to the
-// lightest group (the lowest index on a tie). Any
-// grouping gives the numbers one engine gives: no bias's depend on which ran before it (a
-// shared tail of the structure is the same matrices whoever makes it).
+// Families kept together or apart are tried in every combination up to this many families (a
+// block has one per gated FFN); any further family is planned apart.
+constexpr int kFamiliesTried = 8;
+
+// The groups of `count` parts, and the heaviest group's work. A position table's bias goes to
+// group 0, which starts with kFirstPartExtra of the work; then, heaviest first, each unit to the
+// lightest group (the lowest index on a tie). A unit is a bias, or a family of two whose Gram
+// matrices share a factor (shared_gram_flops: a gated FFN's gate and up biases), which one
+// engine makes once for both: kept together, a family weighs the pair's work less that factor.
+// Each family is tried together and apart, and the plan whose heaviest group is lightest is kept
+// (on a tie, the one with fewer families together). Any grouping gives the numbers one engine
+// gives: no bias's depend on which ran before it (a shared tail of the structure, or a shared
+// Gram matrix, is the same matrices whoever makes it).
 std::vector<int> plan(const Context& c, int count, double* heaviest) {
   const size_t n = c.bias_params.size();
-  std::vector<int> group(n, 0);
-  std::vector<double> work(n), load(static_cast<size_t>(count), 0.0);
-  std::vector<size_t> order;
+  std::vector<int> partner(n, -1);
+  std::vector<double> work(n), shared(n, 0.0);
+  std::vector<size_t> families;  // the first bias of each family (its partner after it)
+  double first_load = 0;
   for (size_t i = 0; i < n; ++i) {
-    work[i] = bias_work(c, c.bias_params[i]);
-    if (stays_first(c, c.bias_params[i])) load[0] += work[i];
-    else order.push_back(i);
+    const int pi = c.bias_params[i];
+    work[i] = bias_work(c, pi);
+    if (stays_first(c, pi)) first_load += work[i];
+    if (!c.solver->options().structured_gram || stays_first(c, pi)) continue;
+    int other = -1;
+    shared[i] = shared_gram_flops(c.model, pi, c.solver->injective_cut(c.model.params[static_cast<size_t>(pi)].op), &other);
+    const auto j = static_cast<size_t>(std::find(c.bias_params.begin(), c.bias_params.end(), other) - c.bias_params.begin());
+    if (other >= 0 && j < n && !stays_first(c, other)) {
+      partner[i] = static_cast<int>(j);
+      if (j > i) families.push_back(i);
+    }
   }
-  load[0] += kFirstPartExtra * std::accumulate(work.begin(), work.end(), 0.0);
-  std::stable_sort(order.begin(), order.end(), [&](size_t a, size_t b) { return work[a] > work[b]; });
-  for (size_t i : order) {
-    const auto g = static_cast<int>(std::min_element(load.begin(), load.end()) - load.begin());
-    group[i] = g;
-    load[static_cast<size_t>(g)] += work[i];
+  first_load += kFirstPartExtra * std::accumulate(work.begin(), work.end(), 0.0);
+  const int tried = std::min(static_cast<int>(families.size()), kFamiliesTried);
+
+  std::vector<int> best_group;
+  double best = INFINITY;
+  int best_together = 0;
+  for (unsigned mask = 0; mask < (1u << tried); ++mask) {
+    // The units: (weight, biases); a family kept together is one unit.
+    std::vector<std::pair<double, std::vector<size_t>>> units;
+    std::vector<bool> in_unit(n, false);
+    for (int f = 0; f < tried; ++f)
+      if (mask & (1u << f)) {
+        const size_t a = families[static_cast<size_t>(f)], b = static_cast<size_t>(partner[a]);
+        units.push_back({work[a] + work[b] - shared[a], {a, b}});
+        in_unit[a] = in_unit[b] = true;
+      }
+    for (size_t i = 0; i < n; ++i)
+      if (!in_unit[i] && !stays_first(c, c.bias_params[i])) units.push_back({work[i], {i}});
+    std::stable_sort(units.begin(), units.end(), [](const auto& a, const auto& b) { return a.first > b.first; });
+    std::vector<int> group(n, 0);
+    std::vector<double> load(static_cast<size_t>(count), 0.0);
+    load[0] = first_load;
+    for (const auto& [w, biases] : units) {
+      const auto g = static_cast<int>(std::min_element(load.begin(), load.end()) - load.begin());
+      for (size_t i : biases) group[i] = g;
+      load[static_cast<size_t>(g)] += w;
+    }
+    const double heavy = *std::max_element(load.begin(), load.end());
+    const int together = static_cast<int>(std::bitset<32>(mask).count());
+    if (heavy < best || (heavy == best && together < best_together)) {
+      best = heavy;
+      best_group = std::move(group);
+      best_together = together;
+    }
   }
-  if (heaviest) *heaviest = *std::max_element(load.begin(), load.end());
-  return group;
+  if (heaviest) *heaviest = best;
+  return best_group;
 }
 
 // How many parts the analysis is worth over `engines` engines (1: not split): the fewest whose
 // heaviest group is within 10% of the lightest plan's (a further engine that shortens nothing
-// only builds the model again), and only as many as fit kSplitMemory by their memory bounds.
+// only builds the model again), and only as many as fit AnalyzeOptions::split_memory by their
+// memory bounds (each engine builds the whole model: a part's bound is the analysis's at most).
 int parts_worth(const Context& c, int engines) {
   const double total = analysis_work(c);  // (before take_part keeps a part: every bias)
   if (total < kSplitMinFlops) return 1;
   int most = std::min(engines, static_cast<int>(c.bias_params.size()));
-  if (c.memory.bytes > 0) most = std::min(most, static_cast<int>(kSplitMemory / c.memory.bytes));
+  if (c.memory.bytes > 0) most = std::min(most, static_cast<int>(c.opt.split_memory / c.memory.bytes));
   std::vector<double> heaviest(static_cast<size_t>(std::max(1, most)) + 1, total);
   for (int k = 2; k <= most; ++k) plan(c, k, &heaviest[static_cast<size_t>(k)]);
   const double best = *std::min_element(heaviest.begin() + 1, heaviest.end());

@@ -796,6 +796,27 @@ BIASLAB_COLD double structured_gram_flops(const Model& m, int param, int cut) {
   return 0;
 }
 
+BIASLAB_COLD double shared_gram_flops(const Model& m, int param, int cut, int* partner) {
+  *partner = -1;
+#ifndef BIASLAB_LEAN_ENGINE
+  const std::optional<MlpGramPlan> plan = structured_plan(m, param, cut);
+  if (!plan) return 0;
+  const Op& ao = m.ops[static_cast<size_t>(plan->act)];
+  if (ao.kind != OpKind::glu || ao.bg < 0 || ao.bu < 0) return 0;
+  // The other bias takes A too where its Gram matrix comes from the same layers: the same op, so
+  // the same cut, and the same plan but for which of the two it is.
+  const int other = param == ao.bg ? ao.bu : ao.bg;
+  const std::optional<MlpGramPlan> theirs = structured_plan(m, other, cut);
+  if (!theirs || theirs->lin != plan->lin || theirs->norm != plan->norm) return 0;
+  *partner = other;
+  const double c = double(m.params[static_cast<size_t>(param)].value.size());
+  return double(m.ops[static_cast<size_t>(plan->lin)].out) * c * c;  // (mlp_gram_flops's first term)
+#else
+  (void)m, (void)param, (void)cut;
+  return 0;
+#endif
+}
+
 // Cold: once per bias; the factorisation's kernels are Eigen's own functions, not inlined here.
 BIASLAB_COLD int injective_cut(const Model& m, int start) {
   const int end = static_cast<int>(m.ops.size());

@@ -102,6 +102,11 @@ double structural_flops_per_input(const Model& m, const ModelParam& p, bool unit
 // Where that Gram matrix does not certify full rank, the stacked rows decide instead, within
 // StructureOptions::max_jacobian_entries, or the bias stops on that limit.
 double structured_gram_flops(const Model& m, int param, int cut);
+// The part of that work two biases share where one engine runs both: a gated FFN's gate and up
+// biases take the same A = W2^T Gamma^2 W2 in their Gram matrices, and the first of them keeps
+// it for the second (StructureSolver). The work of A, with *partner set to the other bias (a
+// param index), or 0 where the bias has no such partner.
+double shared_gram_flops(const Model& m, int param, int cut, int* partner);
 // The op where the structure takes the bias's Jacobian (cut -1 above): before the trailing
 // per-token linear maps (jvp.hpp, trailing_cut) when they are injective, else the output.
 int injective_cut(const Model& m, int start);
