@@ -102,9 +102,10 @@ def equate_noise(a, b, rounding=None):
     - a null basis: the same span (a basis of a null space of two or more dimensions is any
       rotation of another). The sweep's move along it is then another random direction in it,
       whose changes stay under their floors (the first rule);
-    - a structure's count of clusters where its rank stayed 0 on every input and its Jacobian was
-      not exactly zero: it is rounding alone, and the columns fall into clusters by which of its
-      entries came out exactly zero.
+    - a structure's count of clusters where its rank stayed 0 on every input and its largest null
+      singular value is rounding (at most NULL_SIGMA_NOISE, and not exactly zero in both builds):
+      the Jacobian is rounding alone, and its columns fall into clusters by which of its entries
+      came out exactly zero. (Exactly zero in both, the clusters are its structure.)
     Everything else is left to first_difference."""
     if isinstance(a, list) and isinstance(b, list):
         for x, y in zip(a, b):
@@ -162,7 +163,7 @@ def equate_noise(a, b, rounding=None):
         b["kept_sigma_min"] = ka
     ha, hb = a.get("rank_history"), b.get("rank_history")
     if isinstance(ha, list) and ha and ha == hb and not any(ha) and _num(a.get("clusters")) \
-            and _num(sa) and _num(sb) and sa > 0 and sb > 0:
+            and _num(sa) and _num(sb) and 0 < max(sa, sb) <= NULL_SIGMA_NOISE:
         b["clusters"] = a["clusters"]
     ba, bb = a.get("null_basis"), b.get("null_basis")
     if isinstance(ba, list) and isinstance(bb, list) and ba and ba != bb and _same_span(ba, bb):
@@ -311,6 +312,10 @@ def first_difference(a, b, path="$", field=""):
 # The stage of the memory bound where the page's engine holds a fold's network compiled
 # (cpp/analysis/memory.cpp).
 PAGE_FOLD_STAGE = "the network, a fold's copy of it and the copy compiled"
+# The most that stage can exceed the CLI's bound by. With P the network's entries and x <= P those
+# a fold copies beside it, the page's stage is 8P + max(16x, 8P) bytes and the CLI's fold stage
+# 8P + max(12x, 8P) (its float32 copy, 4 bytes an entry): at most 24P against 20P.
+PAGE_FOLD_FACTOR = 1.2
 
 
 def page_engine_bound(stored, now):
@@ -329,6 +334,8 @@ def page_engine_bound(stored, now):
         return f"$.work.memory.bound: stored {a}, now {b}"
     if b < a:
         return f"$.work.memory.bound: the page's engine {b} under the CLI's {a}"
+    if b > PAGE_FOLD_FACTOR * a * (1 + 1e-12):
+        return f"$.work.memory.bound: the page's engine {b}, over {PAGE_FOLD_FACTOR} times the CLI's {a}"
     return None
 
 

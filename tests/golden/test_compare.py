@@ -103,9 +103,10 @@ class EquateNoise(unittest.TestCase):
         self.assertIsNotNone(golden.first_difference(a, b))
 
     def test_clusters_of_a_jacobian_that_is_rounding_alone(self):
-        # Rank 0 on every input with a nonzero null singular value: which entries came out exactly
-        # zero is rounding, and so is the count of clusters they make. With any rank, or with a
-        # Jacobian that is exactly zero, the clusters are the Jacobian's structure.
+        # Rank 0 on every input with a null singular value at the level of rounding, nonzero in at
+        # least one build: which entries came out exactly zero is rounding, and so is the count of
+        # clusters they make. With any rank, or with a Jacobian that is exactly zero in both, the
+        # clusters are the Jacobian's structure.
         def clusters(history, a_count, b_count, sigma=(3.0e-17, 4.0e-16)):
             a, b = report(), report()
             for r, count, s in ((a, a_count, sigma[0]), (b, b_count, sigma[1])):
@@ -116,7 +117,10 @@ class EquateNoise(unittest.TestCase):
         self.assertIsNotNone(clusters([3, 3], 2, 3))
         self.assertIsNotNone(clusters([0, 1], 2, 3))
         self.assertIsNotNone(clusters([0, 0], 2, 3, sigma=(0.0, 0.0)))
-        self.assertIsNotNone(clusters([0, 0], 2, 3, sigma=(0.0, 4.0e-16)))
+        # Exactly zero in one build and rounding in the other is rounding too.
+        self.assertIsNone(clusters([0, 0], 2, 3, sigma=(0.0, 4.0e-16)))
+        # Above the noise a null singular value is not rounding alone.
+        self.assertIsNotNone(clusters([0, 0], 2, 3, sigma=(1e-9, 2e-9)))
 
     def test_the_page_engines_memory_bound(self):
         # Where the page's engine holds the compiled copy of a fold's network (the CLI lends the
@@ -134,6 +138,11 @@ class EquateNoise(unittest.TestCase):
         self.assertIsNone(bounds(2304.0, 2304.0))
         self.assertIsNotNone(bounds(25344.0, 21248.0))
         self.assertIsNotNone(bounds(25344.0, None))
+        # At most 1.2 times the CLI's: the compiled copy is 8 bytes an entry where the CLI's
+        # float32 copy is 4, over at most the network's entries again.
+        self.assertIsNone(bounds(21248.0, 1.2 * 21248.0))
+        self.assertIsNotNone(bounds(21248.0, 1.21 * 21248.0))
+        self.assertIsNotNone(bounds(21248.0, 1000 * 21248.0))
         other = "the Gram matrix of b from its layers' factors (8 x 8)"
         self.assertIsNone(bounds(2304.0, 2304.0, other, other))
         self.assertIsNotNone(bounds(2304.0, 2560.0, other, other))

@@ -32,9 +32,10 @@ function long_stack() {
  * when it exits is lost. */
 function run_slow_reader(args, input, dir) {
   const status = join(dir, 'status');
-  const script = '{ "$0" "$@"; echo $? > "$STATUS"; } | { sleep 1; cat; }';
+  // (The reader takes one byte first, so the pipe is open and full before the wrapper is done.)
+  const script = '{ "$0" "$@"; echo $? > "$STATUS"; } | { dd bs=1 count=1 2>/dev/null; sleep 1; cat; }';
   const done = spawnSync('/bin/sh', ['-c', script, process.execPath, CLI, ...args], {
-    input, env: { ...process.env, STATUS: status }, encoding: 'utf8', maxBuffer: 1 << 28,
+    input, env: { ...process.env, STATUS: status }, encoding: 'utf8', maxBuffer: 1 << 28, timeout: 120000,
   });
   return { status: Number(readFileSync(status, 'utf8')), stdout: done.stdout, stderr: done.stderr };
 }
@@ -48,6 +49,21 @@ test('engine-cli: a report larger than a pipe holds arrives whole, however slowl
   const report = JSON.parse(r.stdout);
   assert.equal(report.ok, true);
   assert.equal(report.biases.length, 64);
+});
+
+test('engine-cli: the page\'s budget written another way is the same budget', () => {
+  const r = run(['analyze', '--preset', 'article1-linear-layernorm', '--format', 'json', '--memory-budget', '2.147483648e0']);
+  assert.equal(r.status, 0, r.stderr);
+  assert.equal(JSON.parse(r.stdout).ok, true);
+});
+
+test('engine-cli: a reader that closes the pipe early gets the status of SIGPIPE, not a success', (t) => {
+  const dir = mkdtempSync(join(tmpdir(), 'engine-cli-'));
+  t.after(() => rmSync(dir, { recursive: true }));
+  const status = join(dir, 'status');
+  spawnSync('/bin/sh', ['-c', '{ "$0" "$@"; echo $? > "$STATUS"; } | head -c 100 > /dev/null', process.execPath, CLI,
+    'analyze', '-', ...BUDGET], { input: long_stack(), env: { ...process.env, STATUS: status }, timeout: 120000 });
+  assert.equal(Number(readFileSync(status, 'utf8')), 141);
 });
 
 test('engine-cli: a config error is a report on stdout and exit 2', () => {
@@ -89,6 +105,7 @@ test('engine-cli: arguments it does not take are usage errors, exit 2', () => {
     'another format': [['analyze', '--preset', 'default', '--format', 'table'], /--format json only/],
     'presets with an argument': [['presets', 'extra'], /presets takes no arguments/],
     'an unknown command': [['version'], /unknown command 'version'/],
+    'an unknown option': [['analyze', '-x', ...BUDGET], /unknown option -x/],
   };
   for (const [what, [args, message]] of Object.entries(cases)) {
     const r = run(args, { input: '' });

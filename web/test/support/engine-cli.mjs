@@ -25,10 +25,12 @@ class Exit {
 
 const usage_error = (message) => new Exit(2, `error: ${message}\n\n${USAGE}`);
 
-/** Node writes to a pipe asynchronously once it is full: exit only when stdout has taken it all. */
+/** Node writes to a pipe asynchronously once it is full: exit only when stdout has taken it all.
+ * A reader that closed the pipe first gets the status a shell gives a CLI killed by SIGPIPE. */
 function finish(status, out = '', err = '') {
   if (err) process.stderr.write(err);
-  process.stdout.write(out, () => process.exit(status));
+  process.stdout.on('error', () => {}); // (the write's callback has it)
+  process.stdout.write(out, (e) => process.exit(e ? (e.code === 'EPIPE' ? 141 : 1) : status));
 }
 
 function parse_analyze(args) {
@@ -41,8 +43,8 @@ function parse_analyze(args) {
     } else if (a === '--format') {
       if (args[++i] !== 'json') throw usage_error('engine-cli writes --format json only');
     } else if (a === '--memory-budget') {
-      if (args[++i] !== PAGE_BUDGET_GB) throw usage_error(`the wasm engine's memory budget is its heap's, ${PAGE_BUDGET_GB} GB`);
-    } else if (a.startsWith('--')) {
+      if (Number(args[++i]) !== Number(PAGE_BUDGET_GB)) throw usage_error(`the wasm engine's memory budget is its heap's, ${PAGE_BUDGET_GB} GB`);
+    } else if (a.startsWith('-') && a !== '-') {
       throw usage_error(`unknown option ${a}`);
     } else if (file === null) {
       file = a;
