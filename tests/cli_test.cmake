@@ -79,6 +79,13 @@ run("a Gram matrix over the memory budget is refused with its layer" 2 ""
 run("a memory budget is a size" 2 "" "--memory-budget takes a size in GB above 0" ARGS analyze --preset default --memory-budget lots)
 run("work beyond the limit is refused up front" 2 "" "layers: .*GFLOP; the limit is 1000 GFLOP" ARGS analyze "${tmp}/too_much_work.json")
 run("missing file" 2 "" "cannot read" ARGS analyze "${tmp}/does_not_exist.json")
+run("a directory is not a config file" 2 "" "cannot read .*cli_test_tmp" ARGS analyze "${tmp}")
+# A syntax error at a byte that is not UTF-8 (here the first of the two bytes of an e acute): the
+# report quotes it escaped, where it used to throw from the JSON writer (exit 1, no report).
+string(ASCII 195 lead_byte)
+file(WRITE "${tmp}/not_utf8.json" "${lead_byte}")
+run("a syntax error at a byte that is not UTF-8 is a report" 2 "\"ok\": false.*invalid JSON at line 1, column 1.*xC3" ""
+    INPUT "${tmp}/not_utf8.json" ARGS analyze - --format json)
 run("unknown preset" 2 "" "unknown preset" ARGS analyze --preset nope)
 run("unknown format" 2 "" "unknown format" ARGS analyze --preset default --format yaml)
 run("unknown command" 2 "" "unknown command" ARGS frobnicate)

@@ -293,6 +293,37 @@ TEST_CASE("config: malformed JSON text gives one error with line and column") {
   });
 }
 
+// Whether every byte sequence of s is well-formed UTF-8.
+bool valid_utf8(const std::string& s) {
+  for (size_t i = 0; i < s.size();) {
+    const auto c = static_cast<unsigned char>(s[i]);
+    const size_t n = c < 0x80 ? 1 : (c >> 5) == 0x6 ? 2 : (c >> 4) == 0xe ? 3 : (c >> 3) == 0x1e ? 4 : 0;
+    if (n == 0 || i + n > s.size()) return false;
+    for (size_t k = 1; k < n; ++k)
+      if ((static_cast<unsigned char>(s[i + k]) >> 6) != 0x2) return false;
+    i += n;
+  }
+  return true;
+}
+
+TEST_CASE("config: a syntax error at a byte that is not UTF-8 gives a message that is") {
+  // The parser quotes what it last read, a byte or a part of a character; a report carries the
+  // message as JSON text, which must be UTF-8 (nlohmann's dump throws otherwise).
+  for (const std::string text : {std::string("\xc3\xa9"), std::string("{\"layers\": [{\"type\": \"relu\"}], \"x\": \"\xff\"}"),
+                                 std::string("{\"a\": \xe2\x82}"), std::string("\xf0\x9f\x98")}) {
+    const auto r = parse_config_text(text);
+    REQUIRE_FALSE(r.ok());
+    const std::string message = r.error().message;
+    INFO("message: " << message);
+    CHECK(message.rfind("invalid JSON", 0) == 0);
+    CHECK(valid_utf8(message));
+  }
+  // A character that is whole stays as it is.
+  const auto r = parse_config_text("{\"caf\xc3\xa9\": }");
+  REQUIRE_FALSE(r.ok());
+  CHECK(valid_utf8(r.error().message));
+}
+
 TEST_CASE("config: wrong top-level structure and fields give one error each") {
   check_errors({
       {"[1, 2]", "", "object"},

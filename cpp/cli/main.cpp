@@ -129,7 +129,8 @@ int cmd_analyze(const std::vector<std::string>& args) {
   progress.finish();
   const bool ok = report.value("ok", false);
   if (format == "json") {
-    std::cout << report.dump(2) << "\n";
+    // (Strings are UTF-8 by construction; should one not be, U+FFFD rather than an exception.)
+    std::cout << report.dump(2, ' ', false, biaslab::Json::error_handler_t::replace) << "\n";
   } else if (ok) {
     std::cout << biaslab::format_report(report, format == "markdown" ? biaslab::TextFormat::markdown
                                                                      : biaslab::TextFormat::table);

@@ -469,6 +469,30 @@ Result<ExperimentConfig> parse_config(const Json& j) { return parse_document(j);
 // and the checks reject any document that has one at a shallower level, with their usual message.
 constexpr int kMaxNesting = 64;
 
+// The parser's message quotes what it last read: a byte that is not UTF-8, or part of a
+// character cut where it stopped. A report carries the message as JSON text, which must be
+// UTF-8 (dumping it would throw), so each byte outside a well-formed sequence is written \xHH.
+static std::string utf8_or_escaped(const std::string& s) {
+  std::string out;
+  for (std::size_t i = 0; i < s.size();) {
+    const auto c = static_cast<unsigned char>(s[i]);
+    const std::size_t n = c < 0x80 ? 1 : (c >> 5) == 0x6 ? 2 : (c >> 4) == 0xe ? 3 : (c >> 3) == 0x1e ? 4 : 0;
+    bool whole = n > 0 && i + n <= s.size();
+    for (std::size_t k = 1; whole && k < n; ++k) whole = (static_cast<unsigned char>(s[i + k]) >> 6) == 0x2;
+    if (whole) {
+      out.append(s, i, n);
+      i += n;
+    } else {
+      static const char* const kHex = "0123456789ABCDEF";
+      out += "\\x";
+      out += kHex[c >> 4];
+      out += kHex[c & 0xf];
+      ++i;
+    }
+  }
+  return out;
+}
+
 Result<ExperimentConfig> parse_config_text(const std::string& text) {
   json j;
   bool too_deep = false;
@@ -499,12 +523,12 @@ Result<ExperimentConfig> parse_config_text(const std::string& text) {
     if (colon != std::string::npos) detail = detail.substr(colon + 2);
     if (detail.size() > 200) detail = detail.substr(0, 200) + "...";
     return Error{"", "invalid JSON at line " + std::to_string(line) + ", column " +
-                         std::to_string(column + 1) + ": " + detail};
+                         std::to_string(column + 1) + ": " + utf8_or_escaped(detail)};
   } catch (const std::exception& e) {
     std::string detail = e.what();
     const std::size_t bracket = detail.find("] ");
     if (bracket != std::string::npos) detail = detail.substr(bracket + 2);
-    return Error{"", "invalid JSON: " + detail};
+    return Error{"", "invalid JSON: " + utf8_or_escaped(detail)};
   } catch (...) {
     return Error{"", "invalid JSON"};
   }

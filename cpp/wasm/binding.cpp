@@ -39,6 +39,10 @@ namespace {
 using json = biaslab::Json;
 using emscripten::val;
 
+// A report as JSON text. Its strings are UTF-8 by construction (the config parser's messages
+// escape what is not); should one not be, it is written with U+FFFD, never thrown to JS.
+std::string text(const json& report) { return report.dump(-1, ' ', false, json::error_handler_t::replace); }
+
 #ifdef BIASLAB_WASM_ANALYZE
 // The callback named `name` of a JS object, or undefined if it has none (or it is no function).
 val callback(const val& callbacks, const char* name) {
@@ -80,7 +84,7 @@ std::string analyze_with_callbacks(const std::string& config, val callbacks) {
     options.part_count = callbacks["parts"].as<int>();
   }
 #endif
-  return biaslab::analyze_text(config, options).dump();
+  return text(biaslab::analyze_text(config, options));
 }
 
 #ifndef BIASLAB_LEAN_ENGINE
@@ -89,11 +93,11 @@ std::string merge_parts(const std::string& first, const std::string& parts) {
   const json f = json::parse(first, nullptr, false), p = json::parse(parts, nullptr, false);
   if (f.is_discarded() || !p.is_array())
     return json{{"ok", false}, {"error", {{"path", ""}, {"message", "internal error: the parts of a split analysis are not JSON"}}}}.dump();
-  return biaslab::merge_parts(f, std::vector<json>(p.begin(), p.end())).dump();
+  return text(biaslab::merge_parts(f, std::vector<json>(p.begin(), p.end())));
 }
 #endif
 
-std::string analyze(const std::string& config) { return biaslab::analyze_text(config, budgeted()).dump(); }
+std::string analyze(const std::string& config) { return text(biaslab::analyze_text(config, budgeted())); }
 
 std::string schema() { return biaslab::config_schema().dump(); }
 #endif
@@ -110,7 +114,7 @@ std::string presets() {
 #ifdef BIASLAB_WASM_EXPORT
 // The PyTorch script and its safetensors weights (base64) for a config, or {ok:false, error}.
 std::string export_torch(const std::string& config, const std::string& title) {
-  return biaslab::export_torch_bundle(config, title).dump();
+  return text(biaslab::export_torch_bundle(config, title));
 }
 std::string export_torch_untitled(const std::string& config) { return export_torch(config, ""); }
 #endif

@@ -116,6 +116,16 @@ test('engine: progress is reported and cancellation stops the analysis', () => {
   assert.equal(stopped.error.message, 'cancelled');
 });
 
+test('engine: a syntax error at a character the parser cuts is a report, not an exception', () => {
+  // 'é' is two bytes in UTF-8; the parser stops at the first and quotes it, alone. The report's
+  // message escapes it (a JSON text must be UTF-8), where the module used to throw.
+  for (const text of ['é', '{"layers": [{"type": "linear"}], "x": é}']) {
+    const r = JSON.parse(engine.module.analyze(text));
+    assert.equal(r.ok, false);
+    assert.match(r.error.message, /^invalid JSON at line 1, column \d+: .*\\xC3/, r.error.message);
+  }
+});
+
 // A GPT-2-style block wide enough to be worth splitting (analysis/parts.cpp), narrow enough for a test.
 const BLOCK = JSON.stringify({
   version: 1, seed: 3, dtype: 'float32', shape: { batch: 2, tokens: 16, features: 256 },
