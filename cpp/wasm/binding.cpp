@@ -6,7 +6,7 @@
 // The module's methods (the same names, arguments and answers as before embind):
 //   analyze(config)                                            -> report (Node build only)
 //   analyzeWithCallbacks(config[, {progress(step, fraction), cancelled(), workers, split(count),
-//                        split_memory, part, parts}])        -> report, or one part of it
+//                        part, parts}])                      -> report, or one part of it
 //   mergeParts(first, parts)                                   -> report (not in the first-load engine)
 //   schema(), version()                                        -> text
 //   presets()                                                  -> text (Node build only)
@@ -70,14 +70,11 @@ std::string analyze_with_callbacks(const std::string& config, val callbacks) {
   if (!cancelled.isUndefined()) options.cancelled = [cancelled]() { return cancelled().as<bool>(); };
 #ifndef BIASLAB_LEAN_ENGINE
   // A split analysis (analyze.hpp): {workers, split(count)} lets it split over that many workers
-  // (the page starts the others when split is called), their engines holding at most
-  // split_memory bytes at once (by default 2 GiB); {part, parts} runs part `part` of `parts`.
+  // (the page starts the others when split is called); {part, parts} runs part `part` of `parts`.
   val split = callback(callbacks, "split");
   if (!split.isUndefined() && callbacks["workers"].isNumber()) {
     options.split_over = callbacks["workers"].as<int>();
     options.split = [split](int count) { split(count); };
-    if (callbacks["split_memory"].isNumber() && callbacks["split_memory"].as<double>() > 0)
-      options.split_memory = callbacks["split_memory"].as<double>();
   }
   if (!callbacks.isUndefined() && !callbacks.isNull() && callbacks["part"].isNumber() && callbacks["parts"].isNumber()) {
     options.part_index = callbacks["part"].as<int>();

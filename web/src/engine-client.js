@@ -30,20 +30,6 @@ export class CancelledError extends Error {
   }
 }
 
-/**
- * The bytes the engines of one split analysis may hold at once, by their memory bounds: half the
- * device's memory as the browser tells it (navigator.deviceMemory, in GB; Chromium gives 0.25 to
- * 8, rounded down to a power of two), between one engine's 2 GiB and 4 GiB; 2 GiB where the
- * browser does not tell. A worker of a split that fails all the same makes the analysis run
- * again on one worker.
- * @param {number | undefined} device_memory_gb
- */
-export function split_memory_for(device_memory_gb) {
-  const GiB = 1024 ** 3;
-  if (!(device_memory_gb > 0)) return 2 * GiB;
-  return Math.min(4 * GiB, Math.max(2 * GiB, (device_memory_gb / 2) * GiB));
-}
-
 export async function compile_wasm(url) {
   const response = await fetch(url);
   if (!response.ok) throw new Error(`could not load ${url}: HTTP ${response.status}`);
@@ -57,14 +43,13 @@ export class EngineClient {
   /**
    * @param {{glue_url: string, wasm_url: string, full_glue_url?: string, full_wasm_url?: string,
    *          export_glue_url?: string, export_wasm_url?: string, make_worker: () => Worker,
-   *          workers?: number, split_memory?: number}} options
+   *          workers?: number}} options
    *   full_*: the engine with every kind's arithmetic (convolutions), fetched and compiled for the
    *   first config the first-load engine answers with needs_full_engine;
    *   export_*: the PyTorch export's module, fetched and compiled on the first export only;
-   *   workers: how many workers one analysis may run at once (default: the cores, at most 4);
-   *   split_memory: the bytes their engines may hold at once (default: split_memory_for the device)
+   *   workers: how many workers one analysis may run at once (default: the cores, at most 4)
    */
-  constructor({ glue_url, wasm_url, full_glue_url, full_wasm_url, export_glue_url, export_wasm_url, make_worker, workers, split_memory }) {
+  constructor({ glue_url, wasm_url, full_glue_url, full_wasm_url, export_glue_url, export_wasm_url, make_worker, workers }) {
     this.glue_url = glue_url;
     this.wasm_url = wasm_url;
     this.full_glue_url = full_glue_url;
@@ -75,7 +60,6 @@ export class EngineClient {
     this.export_module = null; // Promise<WebAssembly.Module>, once an export was asked for
     this.make_worker = make_worker;
     this.workers = Math.min(16, Math.max(1, Math.floor(workers ?? Math.min(4, globalThis.navigator?.hardwareConcurrency ?? 1))));
-    this.split_memory = split_memory ?? split_memory_for(globalThis.navigator?.deviceMemory);
     this.worker = null;
     this.module = null;
     this.next_id = 1;
@@ -272,7 +256,7 @@ export class EngineClient {
     const id = this.next_id++;
     return new Promise((resolve, reject) => {
       this.current = { id, resolve, reject, on_progress, started: performance.now(), config: config_text, full: false };
-      this._worker().postMessage({ type: 'analyze', id, config: config_text, workers: this.workers, split_memory: this.split_memory });
+      this._worker().postMessage({ type: 'analyze', id, config: config_text, workers: this.workers });
     });
   }
 

@@ -25,7 +25,7 @@ export function run_full(client, cur) {
       if (client.current !== cur) return;
       cur.full_engine = { glue_url: client.full_glue_url, wasm_module };
       const workers = cur.unsplit ? 1 : client.workers;
-      client._worker().postMessage({ type: 'analyze', id: cur.id, config: cur.config, full: cur.full_engine, workers, split_memory: client.split_memory });
+      client._worker().postMessage({ type: 'analyze', id: cur.id, config: cur.config, full: cur.full_engine, workers });
     },
     (err) => {
       if (client.current !== cur) return;

@@ -10,8 +10,7 @@
 //               {type:'export', id, config, title, glue_url, wasm_module}  (the PyTorch export's
 //                module: a second, smaller engine that the page fetches on the first export)
 //               analyze also takes workers (the engines the page can run at once: a large
-//                analysis may split over them, and says so with a 'split' message first) with
-//                split_memory (the bytes their engines may hold at once, by their memory bounds), or
+//                analysis may split over them, and says so with a 'split' message first) or
 //                part and parts (this worker runs that part of a split analysis)
 //                or merge (the other parts' answers, JSON texts: config is then part 0's report,
 //                and the answer the split analysis's report)
@@ -95,7 +94,7 @@ function boot_full({ glue_url, wasm_module }) {
   return started;
 }
 
-async function run({ id, config, full: full_engine, workers, split_memory, part, parts, merge }) {
+async function run({ id, config, full: full_engine, workers, part, parts, merge }) {
   let m;
   try {
     m = full_engine ? await (full ??= boot_full(full_engine)) : await engine;
@@ -113,7 +112,7 @@ async function run({ id, config, full: full_engine, workers, split_memory, part,
     self.postMessage({ type: 'progress', id, step, fraction });
   };
   const callbacks = { progress };
-  if (workers > 1) Object.assign(callbacks, { workers, split_memory, split: (count) => self.postMessage({ type: 'split', id, count }) });
+  if (workers > 1) Object.assign(callbacks, { workers, split: (count) => self.postMessage({ type: 'split', id, count }) });
   if (parts > 1) Object.assign(callbacks, { part, parts });
   const t0 = performance.now();
   try {

@@ -163,13 +163,6 @@ test('engine: a large analysis split over workers merges into the report of one 
   const refused = JSON.parse(m.mergeParts(first_text, `[${[foreign, ...parts.slice(1)].join(',')}]`));
   assert.equal(refused.ok, false);
   assert.match(refused.error.message, /do not belong together/);
-  // Engines that may hold less at once split into fewer parts (split_memory, by the memory bound).
-  const bound = first.work.memory.bound;
-  for (const [memory, most] of [[1.5 * bound, 1], [2.5 * bound, 2]]) {
-    const asked = [];
-    m.analyzeWithCallbacks(BLOCK, { workers: 3, split_memory: memory, split: (c) => asked.push(c) });
-    assert.equal(asked.length ? asked[0] : 1, Math.min(most, count), `split_memory ${memory} (bound ${bound}): ${asked}`);
-  }
   // One worker, or a small config: no split.
   const alone = [];
   assert.equal(JSON.parse(m.analyzeWithCallbacks(BLOCK, { workers: 1, split: (c) => alone.push(c) })).pending, undefined);
