@@ -26,8 +26,8 @@ DEFAULT_PRESETS = ["article1-qk-softmax", "default", "norm-zoo", "few-tokens-tra
                    "prenorm-transformer", "postnorm-transformer"]
 
 
-def run_json(cmd, timeout=None):
-    out = subprocess.run(cmd, capture_output=True, text=True, check=True, timeout=timeout).stdout
+def run_json(cmd, timeout=None, env=None):
+    out = subprocess.run(cmd, capture_output=True, text=True, check=True, timeout=timeout, env=env).stdout
     return json.loads(out)
 
 
@@ -50,20 +50,23 @@ def main():
     parser.add_argument("--config", action="append", default=[], metavar="FILE",
                         help="config file to time (repeatable), e.g. bench/configs/gpt2-small-block.json")
     parser.add_argument("--repeat", type=int, default=3)
-    parser.add_argument("--threads", type=int, default=1, help="torch threads (default 1, as the engine)")
+    parser.add_argument("--threads", type=int, default=1,
+                        help="threads for torch and for the engine (OMP_NUM_THREADS; default 1)")
     parser.add_argument("--timeout", type=float, default=600.0,
                         help="seconds one run of the PyTorch script may take (default 600); past it, the row says so")
     args = parser.parse_args()
     biaslab = os.path.abspath(args.biaslab)
     torch_info = subprocess.run([args.python, "-c", "import torch; print(torch.__version__, torch.get_num_threads())"],
                                 capture_output=True, text=True, check=True).stdout.split()
+    # The engine on as many threads as torch (it takes every core for a large analysis otherwise).
+    engine_env = dict(os.environ, OMP_NUM_THREADS=str(args.threads))
     targets = [(p, ["--preset", p]) for p in args.preset] + \
               [(os.path.splitext(os.path.basename(c))[0], [os.path.abspath(c)]) for c in args.config]
     if not targets:
         targets = [(p, ["--preset", p]) for p in DEFAULT_PRESETS]
 
-    print(f"torch {torch_info[0]} ({args.threads} thread(s); default {torch_info[1]}), biaslab native, "
-          f"median of {args.repeat}\n")
+    print(f"torch {torch_info[0]} ({args.threads} thread(s); default {torch_info[1]}), biaslab native "
+          f"({args.threads} thread(s)), median of {args.repeat}\n")
     print("| preset | biases | engine ms | torch ms | torch / engine |")
     print("|---|---:|---:|---:|---:|")
     with tempfile.TemporaryDirectory(prefix="biaslab-timing-") as work:
@@ -72,7 +75,8 @@ def main():
             script, weights = os.path.join(work, name + ".py"), os.path.join(work, name + ".safetensors")
             engine_ms, torch_ms, why = [], [], None
             for _ in range(args.repeat):
-                report = run_json([biaslab, "analyze"] + source + ["--format", "json", "--no-sweep", "--no-invariances"])
+                report = run_json([biaslab, "analyze"] + source + ["--format", "json", "--no-sweep", "--no-invariances"],
+                                  env=engine_env)
                 engine_ms.append(report["timing_ms"]["total"])
                 if why:
                     continue  # (the script stopped once: it is not run again)
@@ -90,7 +94,7 @@ def main():
                     subprocess.run([args.python, script, "--help"], capture_output=True, check=True)
                     start_s = time.perf_counter() - t0
                 bound = (args.timeout - start_s) * 1e3 / e if why.startswith("did not finish") else None
-                ratio = f"> {bound:.0f}x" if bound else "none"
+                ratio = f"> {bound:.0f}x" if bound and bound > 0 else "none"
                 print(f"| {name} | {len(report['biases'])} | {e:.1f} | {why} | {ratio} |", flush=True)
                 continue
             t = statistics.median(torch_ms)
