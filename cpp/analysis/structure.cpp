@@ -657,12 +657,18 @@ std::optional<MlpGramPlan> mlp_gram_plan(const Model& m, int param, int cut) {
   return plan;
 }
 
+// The work of A = W2^T Gamma^2 W2 (its lower triangle) for c columns: a gated FFN's gate and up
+// biases share it (shared_gram_flops).
+double gram_a_flops(const Model& m, const MlpGramPlan& plan, int c) {
+  return double(m.ops[static_cast<size_t>(plan.lin)].out) * double(c) * c;
+}
+
 // Its work, c columns over N tokens.
 double mlp_gram_flops(const Model& m, const MlpGramPlan& plan, int c, int N) {
   const double F = m.ops[static_cast<size_t>(plan.lin)].out, k = plan.removed, cc = double(c) * c;
   const Op& ao = m.ops[static_cast<size_t>(plan.act)];
   const double gates = ao.kind == OpKind::glu ? 4.0 * N * ao.in * c : 0;  // g_t and u_t
-  return F * cc + double(N) * cc + 2.0 * k * N * cc + 8.0 * F * c * k * N + gates;
+  return gram_a_flops(m, plan, c) + double(N) * cc + 2.0 * k * N * cc + 8.0 * F * c * k * N + gates;
 }
 
 struct StructuredGram {
@@ -809,8 +815,7 @@ BIASLAB_COLD double shared_gram_flops(const Model& m, int param, int cut, int* p
   const std::optional<MlpGramPlan> theirs = structured_plan(m, other, cut);
   if (!theirs || theirs->lin != plan->lin || theirs->norm != plan->norm) return 0;
   *partner = other;
-  const double c = double(m.params[static_cast<size_t>(param)].value.size());
-  return double(m.ops[static_cast<size_t>(plan->lin)].out) * c * c;  // (mlp_gram_flops's first term)
+  return gram_a_flops(m, *plan, static_cast<int>(m.params[static_cast<size_t>(param)].value.size()));
 #else
   (void)m, (void)param, (void)cut;
   return 0;

@@ -322,7 +322,8 @@ def page_engine_bound(stored, now):
     """For --page-engine, the one field that describes the engine rather than the analysis: a wasm
     engine keeps a compiled copy of a fold's network where the CLI lends it the network's values
     (kFoldsLendValues, cpp/analysis/memory.cpp). Where the page's largest stage is that one, its
-    bound may be larger than the CLI's, never smaller, and the two are removed from both reports;
+    bound may be larger than the CLI's, by at most PAGE_FOLD_FACTOR, never smaller, and the two
+    are removed from both reports;
     anywhere else they are left to first_difference. Returns a difference, or None."""
     memories = [report.get("work", {}).get("memory") for report in (stored, now)]
     if not all(isinstance(m, dict) for m in memories) or memories[1].get("stage") != PAGE_FOLD_STAGE:
