@@ -266,8 +266,9 @@ TEST_CASE("jvp: attention's tangents block by block are the dense ones, bit for 
 }
 
 // At each query row the query bias's Jacobian is, head by head, L K (query_bias_factors): the
-// structure takes the Tk columns of L through the layers after attention instead of the d unit
-// directions. It must be the dense JVP's block at that row, to rounding.
+// structure takes the columns of L (one per key the row weighs, less one without sinks) through
+// the layers after attention instead of the d unit directions. It must be the dense JVP's block
+// at that row, to rounding.
 TEST_CASE("jvp: a query bias's Jacobian at a query row is L K, head by head") {
   constexpr double kTol = 1e-12;  // of the largest entry (at least 1): a different order of sums
   for (const std::string attention : {R"({"type": "attention", "num_heads": 4, "causal": true})",
@@ -291,6 +292,12 @@ TEST_CASE("jvp: a query bias's Jacobian at a query row is L K, head by head") {
       const auto f = query_bias_factors(m, op, trace.attention[0], p, r);
       REQUIRE(f.has_value());
       for (int h = 0; h < op.heads; ++h) {
+        // As few columns as the row's weights allow: one per key it weighs, less one where they
+        // sum to 1 (no sinks), as the structure pushes each column through the later layers.
+        const Eigen::Index T = m.tokens, b = r / T;
+        const Mat& P = trace.attention[0].probs[static_cast<size_t>(b * op.heads + h)];
+        const auto weighed = static_cast<Eigen::Index>((P.row(r % T).array() != 0).count());
+        CHECK((*f)[static_cast<size_t>(h)].L.cols() == (op.sinks >= 0 ? weighed : weighed - 1));
         const Mat LK = (*f)[static_cast<size_t>(h)].L * (*f)[static_cast<size_t>(h)].K;  // (d, d): column e is direction h d + e
         for (int e = 0; e < d; ++e) {
           const Eigen::Index a = Eigen::Index(h) * d + e;

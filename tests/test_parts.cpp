@@ -31,6 +31,25 @@ json split_report(const ExperimentConfig& cfg, int count, std::vector<json>* par
   return merge_parts(first, parts);
 }
 
+// A Qwen2-style block (q, k and v biases, grouped heads, RoPE; a gated FFN of 512 with biases),
+// float32, batch 2.
+ExperimentConfig qwen2_style_block(int seed, int tokens, int features) {
+  return config_from(R"({"version": 1, "seed": )" + std::to_string(seed) + R"(, "dtype": "float32",
+    "shape": {"batch": 2, "tokens": )" + std::to_string(tokens) + R"(, "features": )" + std::to_string(features) + R"(},
+    "layers": [
+      {"type": "residual", "body": [{"type": "rmsnorm"}, {"type": "attention", "num_heads": 4, "num_kv_heads": 2,
+                                    "o_bias": false, "causal": true, "rope": true}]},
+      {"type": "residual", "body": [{"type": "rmsnorm"}, {"type": "glu", "hidden": 512, "bias": true}]}]})");
+}
+
+// Which part answered a bias (0: the first, whose rows are not in `parts`, split_report's).
+int part_of(const std::vector<json>& parts, const std::string& param) {
+  for (size_t k = 0; k < parts.size(); ++k)
+    for (const json& row : parts[k]["part"]["biases"])
+      if (row["param"] == param) return static_cast<int>(k) + 1;
+  return 0;
+}
+
 json without_timing(json report) {
   report.erase("timing_ms");
   return report;
@@ -157,12 +176,7 @@ TEST_CASE("parts: a gated FFN's gate and up biases share a part where that light
   // each bias alone puts the gate and up biases, the two heaviest, in different parts. (By the
   // work estimates the margin is small, 0.9% of the heaviest part: a change to the estimates may
   // flip the plan here, and then a block where the pair weighs more is the test to write.)
-  const ExperimentConfig cfg = config_from(R"({"version": 1, "seed": 5, "dtype": "float32",
-    "shape": {"batch": 2, "tokens": 16, "features": 64},
-    "layers": [
-      {"type": "residual", "body": [{"type": "rmsnorm"}, {"type": "attention", "num_heads": 4, "num_kv_heads": 2,
-                                    "o_bias": false, "causal": true, "rope": true}]},
-      {"type": "residual", "body": [{"type": "rmsnorm"}, {"type": "glu", "hidden": 512, "bias": true}]}]})");
+  const ExperimentConfig cfg = qwen2_style_block(5, 16, 64);
   const json whole = without_timing(analyze(cfg, AnalyzeOptions{}));
   REQUIRE(whole.value("ok", false));
   // Both took their Gram matrices from the factors (else the test says nothing).
@@ -176,17 +190,27 @@ TEST_CASE("parts: a gated FFN's gate and up biases share a part where that light
     REQUIRE(merged.value("ok", false));
     CHECK(without_timing(merged) == whole);
     if (count != 2) continue;
-    // Which part answered a bias (0: the first, whose rows are not in `parts`).
-    auto part_of = [&](const std::string& param) {
-      for (size_t k = 0; k < parts.size(); ++k)
-        for (const json& row : parts[k]["part"]["biases"])
-          if (row["param"] == param) return static_cast<int>(k) + 1;
-      return 0;
-    };
-    const int gate = part_of("layers.1.body.1.gate_proj.bias"), up = part_of("layers.1.body.1.up_proj.bias");
+    const int gate = part_of(parts, "layers.1.body.1.gate_proj.bias"), up = part_of(parts, "layers.1.body.1.up_proj.bias");
     INFO("the gate bias in part " << gate << ", the up bias in part " << up);
     CHECK(gate == up);
   }
+}
+
+TEST_CASE("parts: an attention's query and key biases share a part, where the key bias takes the query bias's rows") {
+  // A key bias with RoPE beside its query bias takes its rows through the heads' columns of L,
+  // whose matrices the query bias makes too (fewer keys than a head's width: 8 against 64): one
+  // engine makes them once. Apart, the key bias would make them again; the plan keeps the pair
+  // together, and the merged report is one engine's.
+  const ExperimentConfig cfg = qwen2_style_block(7, 8, 256);
+  const json whole = without_timing(analyze(cfg, AnalyzeOptions{}));
+  REQUIRE(whole.value("ok", false));
+  std::vector<json> parts;
+  const json merged = split_report(cfg, 2, &parts);
+  REQUIRE(merged.value("ok", false));
+  CHECK(without_timing(merged) == whole);
+  const int q = part_of(parts, "layers.0.body.1.q_proj.bias"), k = part_of(parts, "layers.0.body.1.k_proj.bias");
+  INFO("the query bias in part " << q << ", the key bias in part " << k);
+  CHECK(q == k);
 }
 
 TEST_CASE("parts: parts that do not belong together give an error, never a report") {

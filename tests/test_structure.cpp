@@ -336,6 +336,29 @@ TEST_CASE("structure: shared tails leave every bias's solve as it was") {
   CHECK(shared >= 8);
 }
 
+// Two solves of one bias, `a` with its token rows through its heads' L and `e` through its unit
+// directions: the same course of the solve, the same null space and singular values to rounding
+// (a scaled or permuted tangent would move them).
+namespace {
+void check_rows_through_l(const Structure& a, const Structure& e) {
+  CAPTURE(a.stop_note);
+  REQUIRE(a.rows_per_sample > 0);
+  CHECK(a.query_factors);
+  CHECK(!e.query_factors);
+  CHECK(a.stop == e.stop);
+  CHECK(a.samples == e.samples);
+  CHECK(a.rank_history == e.rank_history);
+  CHECK(a.redundant_dim == e.redundant_dim);
+  REQUIRE(a.null_basis.cols() == e.null_basis.cols());
+  const double apart = a.null_basis.cols() == 0 ? 0.0 : (a.null_basis - e.null_basis * (e.null_basis.transpose() * a.null_basis)).norm();
+  INFO("distance between the null spaces " << apart << " (tolerance 1e-9); kept " << a.kept_min << " vs " << e.kept_min
+                                           << ", null " << a.null_max << " vs " << e.null_max);
+  CHECK(apart <= 1e-9);
+  CHECK(std::abs(a.kept_min - e.kept_min) <= 1e-9 * e.kept_min);
+  CHECK(std::abs(a.reference - e.reference) <= 1e-12 * e.reference);
+}
+}  // namespace
+
 // A query bias's token rows through the Tk columns of its heads' L (StructureOptions::
 // query_factors) must answer as its unit directions do: the same course of the solve, the same
 // null space and singular values to rounding (a scaled or permuted tangent would move them).
@@ -363,22 +386,8 @@ TEST_CASE("structure: a query bias's rows through L answer as its unit direction
       for (int pass = 0; pass < 2; ++pass) {  // the second after the ln_1 bias, whose rows make shared tails
         const Structure a = with.solve(p), e = without.solve(p);
         CAPTURE(pass);
-        CAPTURE(a.stop_note);
-        REQUIRE(a.rows_per_sample > 0);
-        CHECK(a.query_factors);
-        CHECK(!e.query_factors);
+        check_rows_through_l(a, e);
         ++taken;
-        CHECK(a.stop == e.stop);
-        CHECK(a.samples == e.samples);
-        CHECK(a.rank_history == e.rank_history);
-        CHECK(a.redundant_dim == e.redundant_dim);
-        REQUIRE(a.null_basis.cols() == e.null_basis.cols());
-        const double apart = a.null_basis.cols() == 0 ? 0.0 : (a.null_basis - e.null_basis * (e.null_basis.transpose() * a.null_basis)).norm();
-        INFO("distance between the null spaces " << apart << " (tolerance 1e-9); kept " << a.kept_min << " vs " << e.kept_min
-                                                 << ", null " << a.null_max << " vs " << e.null_max);
-        CHECK(apart <= 1e-9);
-        CHECK(std::abs(a.kept_min - e.kept_min) <= 1e-9 * e.kept_min);
-        CHECK(std::abs(a.reference - e.reference) <= 1e-12 * e.reference);
         if (pass == 0) {
           with.solve(param_index(b.model, "layers.0.body.0.bias"));
           without.solve(param_index(b.model, "layers.0.body.0.bias"));
@@ -386,6 +395,78 @@ TEST_CASE("structure: a query bias's rows through L answer as its unit direction
       }
     }
   CHECK(taken == 16);
+}
+
+// A key bias with RoPE beside its query bias takes the same rows' matrices (the heads' columns of
+// L through the later layers) and its own factor (q_i^T R_t for each key t), summed over the
+// query heads of its key head. It must answer as its unit directions do (the course of the solve,
+// the null space and singular values to rounding), and the same to the last bit whether it makes
+// those matrices itself or takes them from its query bias (so no part of a split analysis answers
+// otherwise than one engine). Causal and not, grouped heads with sinks, a partial interleaved
+// rotation; few tokens, where the key bias has null directions; with a shared tail (a bias before
+// the attention, solved first).
+TEST_CASE("structure: a key bias's rows through L answer as its unit directions do, whoever makes them") {
+  const char* attention[] = {R"({"type":"attention","num_heads":2,"causal":true,"rope":true})",
+                             R"({"type":"attention","num_heads":4,"num_kv_heads":2,"rope":true,"sinks":true})",
+                             R"({"type":"attention","num_heads":4,"num_kv_heads":1,"causal":true,"rope":true,"rotary_dim":4,"rope_style":"interleaved"})"};
+  int taken = 0;
+  for (const char* att : attention)
+    for (int tokens : {2, 6})
+      for (bool tail : {false, true}) {
+        const std::string layers = std::string(R"({"type":"residual","body":[{"type":"layernorm"},)") + att +
+                                   R"(]},{"type":"residual","body":[{"type":"layernorm"},{"type":"linear","out_features":64},)"
+                                   R"({"type":"gelu"},{"type":"linear","out_features":32}]},{"type":"layernorm"})";
+        const std::string cfg = stack(5, shape(2, tokens, 32), layers);
+        INFO(cfg);
+        CAPTURE(tail);
+        auto b = build(cfg);
+        const int q = param_index(b.model, "layers.0.body.1.q_proj.bias"), k = param_index(b.model, "layers.0.body.1.k_proj.bias");
+        const int before = param_index(b.model, "layers.0.body.0.bias");
+        OnOff solvers(b, &StructureOptions::query_factors);
+        if (tail) {
+          solvers.with.solve(before);
+          solvers.without.solve(before);
+        }
+        const Structure a = solvers.with.solve(k), e = solvers.without.solve(k);
+        check_rows_through_l(a, e);
+        ++taken;
+        // After the query bias, in an engine of its own: the same bits, the same work counted.
+        TracePool pool(b.model, b.config);
+        StructureSolver after(b.model, pool, RowSolvers::options(0));
+        if (tail) after.solve(before);
+        REQUIRE(after.solve(q).query_factors);
+        const Structure s = after.solve(k);
+        CHECK(s.query_factors);
+        CHECK(s.rank_history == a.rank_history);
+        CHECK(s.kept_min == a.kept_min);
+        CHECK(s.null_max == a.null_max);
+        CHECK(s.null_basis == a.null_basis);
+        CHECK(s.tail_at == a.tail_at);
+        CHECK(s.flops == a.flops);
+      }
+  CHECK(taken == 12);
+}
+
+// A key bias alone (no query bias), or whose attention has no RoPE or normalises its keys, takes
+// its unit directions: alone, they cost less than the heads' columns of L.
+TEST_CASE("structure: a key bias takes its rows through L only beside a query bias, with RoPE and unnormalised keys") {
+  const char* attention[] = {R"({"type":"attention","num_heads":2,"causal":true,"rope":true,"q_bias":false})",
+                             R"({"type":"attention","num_heads":2,"causal":true})",
+                             R"({"type":"attention","num_heads":2,"causal":true,"rope":true,"qk_norm":"rmsnorm"})",
+                             R"({"type":"attention","num_heads":2,"causal":true,"rope":true})"};
+  for (size_t i = 0; i < std::size(attention); ++i) {
+    const std::string layers = std::string(R"({"type":"residual","body":[{"type":"layernorm"},)") + attention[i] +
+                               R"(]},{"type":"residual","body":[{"type":"layernorm"},{"type":"linear","out_features":64},)"
+                               R"({"type":"gelu"},{"type":"linear","out_features":32}]},{"type":"layernorm"})";
+    const std::string cfg = stack(5, shape(2, 6, 32), layers);
+    INFO(cfg);
+    auto b = build(cfg);
+    TracePool pool(b.model, b.config);
+    StructureSolver solver(b.model, pool, RowSolvers::options(0));
+    const Structure a = solver.solve(param_index(b.model, "layers.0.body.1.k_proj.bias"));
+    CAPTURE(a.stop_note);
+    CHECK(a.query_factors == (i + 1 == std::size(attention)));
+  }
 }
 
 // A query bias's rows through L are held to their budget before each input, shared tail

@@ -62,26 +62,35 @@ constexpr int kFamiliesTried = 8;
 
 // The groups of `count` parts, and the heaviest group's work. A position table's bias goes to
 // group 0, which starts with kFirstPartExtra of the work; then, heaviest first, each unit to the
-// lightest group (the lowest index on a tie). A unit is a bias, or a family of two whose Gram
-// matrices share a factor (shared_gram_flops: a gated FFN's gate and up biases), which one
-// engine makes once for both: kept together, a family weighs the pair's work less that factor.
+// lightest group (the lowest index on a tie). A unit is a bias, or a family of two that share
+// work one engine does once for both: a gated FFN's gate and up biases, whose Gram matrices share
+// a factor (shared_gram_flops), or an attention's query and key biases, whose rows share their
+// matrices (shared_query_rows_flops). Kept together, a family weighs the pair's work less that.
 // Each family is tried together and apart, and the plan whose heaviest group is lightest is kept
 // (on a tie, the one with fewer families together). Any grouping gives the numbers one engine
-// gives: no bias's depend on which ran before it (a shared tail of the structure, or a shared
-// Gram matrix, is the same matrices whoever makes it).
+// gives: no bias's depend on which ran before it (a shared tail of the structure, a shared Gram
+// matrix or a query row's matrix is the same matrices whoever makes it).
 std::vector<int> plan(const Context& c, int count, double* heaviest) {
   const size_t n = c.bias_params.size();
   std::vector<int> partner(n, -1);
   std::vector<double> work(n), shared(n, 0.0);
   std::vector<size_t> families;  // the first bias of each family (its partner after it)
   double first_load = 0;
+  std::vector<double> alone(n, 0.0);  // work a bias does apart from its family, beyond work[i]
   for (size_t i = 0; i < n; ++i) {
     const int pi = c.bias_params[i];
     work[i] = bias_work(c, pi);
     if (stays_first(c, pi)) first_load += work[i];
-    if (!c.solver->options().structured_gram || stays_first(c, pi)) continue;
+    if (stays_first(c, pi)) continue;
+    const ModelParam& p = c.model.params[static_cast<size_t>(pi)];
+    const int cut = c.solver->injective_cut(p.op);
     int other = -1;
-    shared[i] = shared_gram_flops(c.model, pi, c.solver->injective_cut(c.model.params[static_cast<size_t>(pi)].op), &other);
+    if (c.solver->options().structured_gram) shared[i] = shared_gram_flops(c.model, pi, cut, &other);
+    if (other < 0 && c.solver->options().query_factors) {
+      shared[i] = shared_query_rows_flops(c.model, pi, cut, &other);
+      // (a key bias's structural_flops leaves its rows' matrices to its query bias)
+      if (pi == c.model.ops[static_cast<size_t>(p.op)].bk) alone[i] = shared[i];
+    }
     const auto j = static_cast<size_t>(std::find(c.bias_params.begin(), c.bias_params.end(), other) - c.bias_params.begin());
     if (other >= 0 && j < n && !stays_first(c, other)) {
       partner[i] = static_cast<int>(j);
@@ -89,6 +98,7 @@ std::vector<int> plan(const Context& c, int count, double* heaviest) {
     }
   }
   first_load += kFirstPartExtra * std::accumulate(work.begin(), work.end(), 0.0);
+  for (size_t i = 0; i < n; ++i) work[i] += alone[i];
   const int tried = std::min(static_cast<int>(families.size()), kFamiliesTried);
 
   std::vector<int> best_group;

@@ -147,6 +147,10 @@ BIASLAB_COLD double query_rows_flops(const Model& m, int param, const RowPlan& p
 #endif
   const Op& op = m.ops[static_cast<size_t>(m.params[param].op)];
   if (plan.at != m.params[param].op + 1 || !query_bias_factorable(op, param)) return 0;
+  // A key bias takes its rows through L only beside its attention's query bias (the same rows'
+  // matrices, made once where one engine runs both; alone, its d unit directions cost less).
+  // (Its query bias has at least as many directions: where the key bias's rows pay off, theirs do.)
+  if (param == op.bk && (op.bq < 0 || plan_rows(m, op.bq, cut, 0).at != plan.at)) return 0;
   const int H = op.heads, d = op.in / H, Tk = op.context > 0 ? op.context : m.tokens;
   if (Tk >= d) return 0;
   const int to = tail_p >= 0 ? tail_p : cut;
@@ -155,6 +159,28 @@ BIASLAB_COLD double query_rows_flops(const Model& m, int param, const RowPlan& p
   // (then, where there are fewer columns than outputs, their triangular factor times K: below)
   const double rows = cols < w ? 2 * w * cols * cols + 2 * cols * cols * d : 2 * cols * d * w;
   return double(m.batch) * plan.per_sample * (cols * (per_token_flops(m, plan.at, to) + (tail_p >= 0 ? 2 * width(to) * w : 0)) + rows);
+}
+
+BIASLAB_COLD double shared_query_rows_flops(const Model& m, int param, int cut, int* partner) {
+  *partner = -1;
+#ifdef BIASLAB_LEAN_ENGINE
+  (void)m, (void)param, (void)cut;
+  return 0;
+#else
+  const Op& op = m.ops[static_cast<size_t>(m.params[static_cast<size_t>(param)].op)];
+  if (op.kind != OpKind::attention || op.bq < 0 || op.bk < 0 || (param != op.bq && param != op.bk)) return 0;
+  const RowPlan pk = plan_rows(m, op.bk, cut, kRowSubsetMinFlops);
+  if (query_rows_flops(m, op.bk, pk, cut) <= 0) return 0;  // (the key bias takes its unit directions)
+  const RowPlan pq = plan_rows(m, op.bq, cut, kRowSubsetMinFlops);
+  const double cols = double(op.heads) * (op.context > 0 ? op.context : m.tokens);
+  const double w = cut < static_cast<int>(m.ops.size()) ? m.ops[static_cast<size_t>(cut)].in : m.out_features;
+  // Each row's matrix: its columns through the ops after the attention, and their triangular
+  // factor (query_rows_flops less each bias's own product with its K); 3 inputs, as
+  // structural_flops counts them.
+  const double per_row = cols * per_token_flops(m, pk.at, cut) + (cols < w ? 2 * w * cols * cols : 0);
+  *partner = param == op.bq ? op.bk : op.bq;
+  return 3.0 * m.batch * std::min(pq.per_sample, pk.per_sample) * per_row;
+#endif
 }
 
 BIASLAB_COLD double stacked_rows(const Model& m, int param, int cut) {
@@ -867,6 +893,8 @@ int tail_start(const Model& m, int start, int at, int cut) {
 #ifndef BIASLAB_LEAN_ENGINE
 // A shared tail's memory (its matrices, over every input and row).
 constexpr double kTailBytes = 256.0 * 1024 * 1024;
+// The query rows' matrices' (StructureSolver::query_rows_), likewise.
+constexpr double kQueryRowBytes = 256.0 * 1024 * 1024;
 #endif
 
 }  // namespace
@@ -1194,7 +1222,9 @@ Structure StructureSolver::solve(int param, const std::function<bool()>& cancell
   // Taken where it pushes fewer vectors a row than the unit directions: Tk < d.
   const bool query_rows = kTokenRows && opt_.query_factors && query_rows_flops(m_, param, plan, cut) > 0;
   if (query_rows) out.tail_at = -1;  // (set where a row's tail is attached)
+  [[maybe_unused]] int row_input = -1;  // the input rows_of took the rows of last (the query rows' matrices are kept by it)
   auto rows_of = [&](const Trace& tr, int k) {
+    row_input = k;
     if (!kTokenRows || plan.at < 0) return std::optional<TokenRows>();
     std::optional<TokenRows> t(take_rows(tr, plan.at, cut, plan_idx));
     if (tail_p >= 0) {
@@ -1216,9 +1246,9 @@ Structure StructureSolver::solve(int param, const std::function<bool()>& cancell
   // / n), which do not take the one-hot path.
   const double jvp_cost = structural_flops_per_input(m_, p, true, row_min, cut);
   const double dense_cost = structural_flops_per_input(m_, p, false, row_min, cut);
-  // The query rows' work for one input (query_rows): at each row, every head's Tk columns of L
-  // through the ops from the rows' op to the shared tail (and its product) or the cut, then K^T
-  // times theirs. It is what the budget holds such a row to, not the unit directions' work.
+  // The query rows' work for one input (query_rows): at each row, every head's columns of L (Tk at
+  // most) through the ops from the rows' op to the shared tail (and its product) or the cut, then
+  // K^T times theirs. It is what the budget holds such a row to, not the unit directions' work.
   const double query_cost = query_rows ? query_rows_flops(m_, param, plan, cut, tail_p) : 0;
   // Before its first input such a row is held to that, the shared tail's rows it pays for
   // (tail_rows) and the reference JVP.
@@ -1380,7 +1410,7 @@ Structure StructureSolver::solve(int param, const std::function<bool()>& cancell
     rows = Eigen::Index(N) * w;
 #ifndef BIASLAB_LEAN_ENGINE
     // A query bias's token rows (query_rows): at each row, head h's d directions move the output
-    // through the Tk columns of L_h alone (query_bias_factors), so those columns go through the
+    // through the columns of L_h alone (at most Tk; query_bias_factors), so those go through the
     // per-token ops (or the row's shared tail) instead of the d unit directions, a chunk at a
     // time, and the d tangents are K_h^T times theirs.
     if (query_rows && sub) {
@@ -1389,45 +1419,70 @@ Structure StructureSolver::solve(int param, const std::function<bool()>& cancell
       const bool tail = sub->tail && sub->tail_at >= sub->at;
       const int to = tail ? sub->tail_at : cut;
       const int w_to = to < static_cast<int>(m_.ops.size()) ? m_.ops[static_cast<size_t>(to)].in : m_.out_features;
+      const bool key = param == ao.bk;  // (a key bias: its heads add up on their key head's d directions)
+      const int group = H / ao.kv_heads;
+      Eigen::Index offset = 0;  // the rows stacked so far (each row adds its own count, or w)
       for (int j = 0; j < N; ++j) {
         const Eigen::Index row = sub->rows[static_cast<size_t>(j)];
         const std::vector<QueryFactors> f = *query_bias_factors(m_, ao, tr.attention[static_cast<size_t>(start)], param, row);
-        const Eigen::Index Tk = f[0].L.cols(), count = Eigen::Index(H) * Tk;
-        const TokenRows one = take_rows(tr, sub->at, to, {row});
-        const int step = chunk_directions(m_, sub->at, to, ao.in, 1, static_cast<int>(count), opt_.chunk_elements);
-        Mat y(count, w_to);
-        for (Eigen::Index c0 = 0; c0 < count; c0 += step) {
-          if (cancelled && cancelled()) {
-            *stopped = true;
-            return;
+        const std::array<long, 4> id{row_input, start, to, static_cast<long>(row)};
+        auto kept = row_input >= 0 ? query_rows_.find(id) : query_rows_.end();
+        QueryRowMatrix made;
+        if (kept == query_rows_.end()) {
+          made.first.assign(static_cast<size_t>(H) + 1, 0);  // head h's columns: [first[h], first[h + 1])
+          for (int h = 0; h < H; ++h)
+            made.first[static_cast<size_t>(h) + 1] = made.first[static_cast<size_t>(h)] + f[static_cast<size_t>(h)].L.cols();
+          const Eigen::Index count = made.first.back();
+          if (count == 0) continue;  // (no head's query moves this row)
+          const TokenRows one = take_rows(tr, sub->at, to, {row});
+          const int step = chunk_directions(m_, sub->at, to, ao.in, 1, static_cast<int>(count), opt_.chunk_elements);
+          Mat y(count, w_to);
+          for (Eigen::Index c0 = 0; c0 < count; c0 += step) {
+            if (cancelled && cancelled()) {
+              *stopped = true;
+              return;
+            }
+            const Eigen::Index c = std::min<Eigen::Index>(step, count - c0);
+            Mat init = Mat::Zero(c, ao.in);  // column t of L_h in head h's block, for first[h] + t in the chunk
+            for (Eigen::Index r = 0, h = 0; r < c; ++r) {
+              while (made.first[static_cast<size_t>(h) + 1] <= c0 + r) ++h;
+              init.row(r).segment(h * d, d) = f[static_cast<size_t>(h)].L.col(c0 + r - made.first[static_cast<size_t>(h)]).transpose();
+            }
+            y.middleRows(c0, c) = to > sub->at ? jvp_rows(m_, tr, one, sub->at, to, init, static_cast<int>(c)) : init;
           }
-          const Eigen::Index c = std::min<Eigen::Index>(step, count - c0);
-          Mat init = Mat::Zero(c, ao.in);  // column t of L_h in head h's block, for h * Tk + t in the chunk
-          for (Eigen::Index r = 0; r < c; ++r) {
-            const Eigen::Index h = (c0 + r) / Tk, t = (c0 + r) % Tk;
-            init.row(r).segment(h * d, d) = f[static_cast<size_t>(h)].L.col(t).transpose();
+          if (tail) y = y * (*sub->tail)[static_cast<size_t>(j)].transpose();
+          // The row's Jacobian is y^T K (w x n; K block-diagonal, head h's keys in its block). With
+          // fewer columns than outputs it stands as R K, R the triangular factor of y^T (count x
+          // count, the same Gram matrix), so that the stack grows by count rows, not w.
+          if (count < w) {
+            ColMat yt = y.transpose();
+            Eigen::HouseholderQR<Eigen::Ref<ColMat>> qr(yt);
+            made.Z = qr.matrixQR().topRows(count).triangularView<Eigen::Upper>().transpose();
+          } else {
+            made.Z = std::move(y);
           }
-          y.middleRows(c0, c) = to > sub->at ? jvp_rows(m_, tr, one, sub->at, to, init, static_cast<int>(c)) : init;
+          const double bytes = double(made.Z.size()) * sizeof(double);
+          if (row_input >= 0 && query_rows_bytes_ + bytes <= kQueryRowBytes) {  // else used for this bias alone
+            query_rows_bytes_ += bytes;
+            kept = query_rows_.emplace(id, std::move(made)).first;
+          }
         }
-        if (tail) y = y * (*sub->tail)[static_cast<size_t>(j)].transpose();
-        // The row's Jacobian is y^T K (w x n; K block-diagonal, head h's keys in its block). With
-        // fewer columns than outputs it stands as R K, R the triangular factor of y^T (count x
-        // count, the same Gram matrix), so that the stack grows by count rows, not w.
-        const bool factor = count < w;
-        if (factor) {
-          ColMat yt = y.transpose();
-          Eigen::HouseholderQR<Eigen::Ref<ColMat>> qr(yt);
-          y = qr.matrixQR().topRows(count).triangularView<Eigen::Upper>();
-        }
-        const Eigen::Index stride = factor ? count : w;
+        const QueryRowMatrix& qm = kept != query_rows_.end() ? kept->second : made;
+        const Eigen::Index stride = qm.Z.cols();
+        Mat J;  // (d, stride): the Jacobian's rows here for head h's d directions (a key bias: its key head's)
         for (int h = 0; h < H; ++h) {
-          const Mat Jh = f[static_cast<size_t>(h)].K.transpose() *
-                         (factor ? Mat(y.middleCols(Eigen::Index(h) * Tk, Tk).transpose()) : Mat(y.middleRows(Eigen::Index(h) * Tk, Tk)));
-          for (int e = 0; e < d; ++e)  // rows j * stride + ...: ascending, as j is
-            push_nonzeros(cols[static_cast<size_t>(h * d + e)], Jh.data() + Eigen::Index(e) * stride, stride, Eigen::Index(j) * stride);
+          const Eigen::Index h0 = qm.first[static_cast<size_t>(h)], Th = qm.first[static_cast<size_t>(h) + 1] - h0;
+          Mat part = Th > 0 ? Mat(f[static_cast<size_t>(h)].K.transpose() * qm.Z.middleRows(h0, Th)) : Mat::Zero(d, stride);
+          if (key && h % group != 0) J += part;
+          else J = std::move(part);
+          if (key && (h + 1) % group != 0) continue;
+          const int target = key ? h / group : h;
+          for (int e = 0; e < d; ++e)  // rows offset + ...: ascending, as j is
+            push_nonzeros(cols[static_cast<size_t>(target * d + e)], J.data() + Eigen::Index(e) * stride, stride, offset);
         }
-        rows = Eigen::Index(N) * stride;
+        offset += stride;
       }
+      rows = offset;
       out.flops += query_cost;
       out.query_factors = true;
       *all_bc = false;

@@ -77,6 +77,12 @@ RowPlan plan_rows(const Model& m, int param, int cut, double min_flops);
 // op `tail_p` (-1: none) and its product, or up to `cut` (StructureSolver; query_bias_factors).
 // Its work for one input, or 0 where the plan does not take that path.
 double query_rows_flops(const Model& m, int param, const RowPlan& plan, int cut, int tail_p = -1);
+// The part of that work an attention's query and key biases share where one engine runs both:
+// the key bias takes its rows through L beside the query bias, and their rows' matrices are made
+// once (StructureSolver). For either bias, the work of the rows both take (3 inputs, as
+// structural_flops counts), with *partner set to the other bias (a param index), or 0 where the
+// key bias takes its unit directions.
+double shared_query_rows_flops(const Model& m, int param, int cut, int* partner);
 // Whether this module has token rows and the Cholesky certificate: the page's first-load engine
 // has neither, and hands on a config that would use them (analyze()).
 bool token_rows_linked();
@@ -148,8 +154,9 @@ struct StructureOptions {
   // matrix per row, made once per input (StructureSolver::tail_point). Off: op by op, always.
   bool shared_tails = true;
   // A query bias's token rows that start right after its attention (fewer keys than the head's
-  // width; RoPE and qk_norm included) take the Tk columns of each head's L through the per-token ops
-  // instead of the d unit directions (query_bias_factors). Off: the unit directions, always.
+  // width; RoPE and qk_norm included) take the columns of each head's L (Tk at most) through the
+  // per-token ops instead of the d unit directions (query_bias_factors). Off: the unit
+  // directions, always.
   bool query_factors = true;
   // A wide cluster (512 columns on) that its Gram matrix does not certify of full rank is split
   // by that Gram matrix's pivoted Cholesky factorisation, each half certified (gram_split in structure.cpp),
@@ -226,6 +233,8 @@ class StructureSolver {
   void release_tails() {
     tails_.clear();
     tail_bytes_ = 0;
+    query_rows_.clear();
+    query_rows_bytes_ = 0;
     gram_a_ = Eigen::MatrixXd();
   }
 
@@ -249,6 +258,18 @@ class StructureSolver {
   std::vector<std::pair<int, int>> cut_cache_;  // (start, usable cut)
   std::map<std::array<int, 3>, std::map<Eigen::Index, Mat>> tails_;  // (input, p, cut) -> row -> map
   [[maybe_unused]] double tail_bytes_ = 0;  // (unused where the module has no token rows)
+  // A query row's matrix Z (count x stride; solve): its attention's heads' columns of L
+  // (query_bias_factors, `first[h]` on for head h) through the ops after the attention, so that
+  // the row's Jacobian for a query or key bias is Z^T times that bias's K. The query and key
+  // biases of one attention have the same L, so the first to ask makes Z and the other takes it
+  // (kept while they fit; each bias still pays for the rows it uses, as with the shared tails).
+  // Keyed by (input, attention op, op the columns were taken to, row).
+  struct QueryRowMatrix {
+    Mat Z;
+    std::vector<Eigen::Index> first;
+  };
+  std::map<std::array<long, 4>, QueryRowMatrix> query_rows_;
+  [[maybe_unused]] double query_rows_bytes_ = 0;
   // A gated FFN's gate and up biases have the same A = W2^T Gamma^2 W2 in their Gram matrices
   // from the layers' factors (mlp_gram): the first keeps it for the second, keyed by (W2's op,
   // the norm's op).

@@ -59,12 +59,23 @@ bool attention_bias_blocks(const Model& m, const Op& op, const AttentionCache& c
 // ignores the part of K dq that is the same for every key: rank at most Tk - 1; with them, at
 // most Tk). With RoPE and qk_norm the query's move reaches the scores as R N dq (N the per-head
 // norm's Jacobian at the row, R the row's rotation), so K is the keys (as the scores read them)
-// times R N. For the query bias `param` of op `op` (else nothing); `row` indexes the N query rows.
+// times R N. Returned with as few columns of L (rows of K) as that allows: only the keys the row
+// weighs (a causal mask's later keys weigh 0), and without sinks, whose weights sum to 1 (L 1 =
+// 0), those keys' space less the direction of 1 (L Q and Q^T K, Q orthonormal): n - 1 columns
+// for n keys. For the query bias `param` of op `op` (else nothing); `row` indexes the N query rows.
 struct QueryFactors {
   Mat L, K;
 };
+// A key bias with RoPE (self-attention, no qk_norm) has the same L at each query row: a move dk of
+// its key/value head moves query head h's scores at keys t by q_i^T R_t dk / sqrt(d), so its
+// factor K holds the rows q_i^T R_t (R_t key t's rotation; q_i head h's query as the scores read
+// it), and its heads' products add up on the d directions of their shared key head. (Without
+// RoPE it moves every score of a row alike, which the softmax ignores.)
+inline bool key_bias_factorable(const Op& op, int param) {
+  return op.kind == OpKind::attention && param >= 0 && param == op.bk && op.rope && !op.qk_norm && op.context <= 0;
+}
 inline bool query_bias_factorable(const Op& op, int param) {
-  return op.kind == OpKind::attention && param >= 0 && param == op.bq;
+  return op.kind == OpKind::attention && param >= 0 && (param == op.bq || key_bias_factorable(op, param));
 }
 std::optional<std::vector<QueryFactors>> query_bias_factors(const Model& m, const Op& op, const AttentionCache& c,
                                                             int param, Eigen::Index row);

@@ -398,35 +398,72 @@ std::optional<std::vector<QueryFactors>> query_bias_factors(const Model& m, cons
   const int T = static_cast<int>(c.q.rows()) / m.batch, Tk = op.context > 0 ? op.context : T;
   const int b = static_cast<int>(row / T), i = static_cast<int>(row % T);
   const double scale = 1.0 / std::sqrt(static_cast<double>(d));
-  // RoPE turns the row's query by R_i (d x d, every head alike): apply_rope's pairs and angles at
-  // position i as a matrix (never with a context: refused).
-  Mat R;
-  if (op.rope) {
-    Mat ct, st;
-    rope_tables(i + 1, op.rotary_dim, ct, st, op.rope_base);
+  const bool key = param == op.bk;
+  // RoPE turns the query at position i by R_i (d x d, every head alike): apply_rope's pairs and
+  // angles as a matrix (never with a context: refused). A key bias moves key t by R_t dk.
+  Mat ct, st;
+  if (op.rope) rope_tables(key ? Tk : i + 1, op.rotary_dim, ct, st, op.rope_base);
+  auto rotation = [&](int t) {
     const int half = op.rotary_dim / 2, first_step = op.rope_interleaved ? 2 : 1, second = op.rope_interleaved ? 1 : half;
-    R = Mat::Identity(d, d);
+    Mat R = Mat::Identity(d, d);
     for (int k = 0; k < half; ++k) {
       const int a = first_step * k, e = a + second;
-      R(a, a) = R(e, e) = ct(i, k);
-      R(a, e) = -st(i, k);
-      R(e, a) = st(i, k);
+      R(a, a) = R(e, e) = ct(t, k);
+      R(a, e) = -st(t, k);
+      R(e, a) = st(t, k);
     }
-  }
+    return R;
+  };
+  Mat R;
+  if (op.rope && !key) R = rotation(i);
+  std::vector<Mat> Rt;  // (a key bias) each key's rotation
+  if (key)
+    for (int t = 0; t < Tk; ++t) Rt.push_back(rotation(t));
   std::vector<QueryFactors> out(static_cast<size_t>(H));
   for (int h = 0; h < H; ++h) {
     const int g = h / group;
     const Vec p = c.probs[b * H + h].row(i).transpose();  // (Tk): row i's weights on the keys
     const auto V = c.v.block(Eigen::Index(b) * Tk, g * d, Tk, d);
+    // Only the keys the row weighs (p_t != 0: a causal mask's later keys weigh exactly 0, and
+    // their columns of L are exactly 0).
+    std::vector<Eigen::Index> keys;
+    for (Eigen::Index t = 0; t < p.size(); ++t)
+      if (p(t) != 0) keys.push_back(t);
+    const auto n = static_cast<Eigen::Index>(keys.size());
+    Mat Vs(n, d), Ks(n, d);
+    Vec ps(n);
+    for (Eigen::Index j = 0; j < n; ++j) {
+      const Eigen::Index t = keys[static_cast<size_t>(j)];
+      ps(j) = p(t);
+      Vs.row(j) = V.row(t);
+      if (key)  // score t moves by scale q_i . R_t dk: row t of K is q_i^T R_t
+        Ks.row(j) = c.q.block(row, Eigen::Index(h) * d, 1, d) * Rt[static_cast<size_t>(t)];
+      else
+        Ks.row(j) = c.k.block(Eigen::Index(b) * Tk + t, g * d, 1, d);
+    }
     QueryFactors& f = out[static_cast<size_t>(h)];
-    const Vec vp = V.transpose() * p;
-    f.L = scale * (V.transpose() * p.asDiagonal() - vp * p.transpose());
-    f.K = c.k.block(Eigen::Index(b) * Tk, g * d, Tk, d);
-    if (op.rope) f.K = f.K * R;
-    if (op.qk_norm) {  // the norm's tangents of the d unit moves of this head's query: rows of N^T
+    const Vec vp = Vs.transpose() * ps;
+    f.L = scale * (Vs.transpose() * ps.asDiagonal() - vp * ps.transpose());
+    f.K = Ks;
+    if (op.rope && !key) f.K = f.K * R;
+    if (op.qk_norm && !key) {  // the norm's tangents of the d unit moves of this head's query: rows of N^T
       const Mat Nt = norm_jvp(m, head_norm_op(op, op.qn_gain, op.qn_shift),
                               Mat(c.q_pre.block(row, Eigen::Index(h) * d, 1, d)), Mat::Identity(d, d), d);
       f.K = f.K * Nt.transpose();
+    }
+    // Without sinks the weights sum to 1, so L 1 = 0 (to rounding): L K = (L Q)(Q^T K) for Q an
+    // orthonormal basis of the vectors orthogonal to 1 (n - 1 columns: the last n - 1 columns of
+    // the reflection that takes e_1 to 1 / sqrt(n)), one column fewer through the later layers.
+    if (op.sinks < 0 && n >= 2) {
+      Vec w = Vec::Constant(n, 1.0 / std::sqrt(static_cast<double>(n)));
+      w(0) -= 1.0;
+      w /= w.norm();
+      const Mat Q = Mat::Identity(n, n).rightCols(n - 1) - 2.0 * w * w.tail(n - 1).transpose();
+      f.L = f.L * Q;
+      f.K = Q.transpose() * f.K;
+    } else if (op.sinks < 0) {  // one key: its weight is 1 and L = 0 exactly; nothing moves the output
+      f.L.resize(d, 0);
+      f.K.resize(0, d);
     }
   }
   return out;
