@@ -47,6 +47,37 @@ double bias_work(const Context& c, int pi) {
   return s + 2 * 11 * forward_flops(c.model, p.op);
 }
 
+// The inputs the plan expects a bias's structure to stack. structural_flops counts 3 (the budget's
+// estimate, an upper one for most biases); a bias whose rows of one input can reach its
+// directions is settled by the first input where it is of full rank, as a block's effective
+// biases are, and the plan weighs it so (the TinyLlama-sized block's value bias: one input; its
+// query bias, whose rows give at most 960 of 2048 an input: three).
+double expected_inputs(const Context& c, int pi) {
+  const Model& m = c.model;
+  const ModelParam& p = m.params[static_cast<size_t>(pi)];
+  const Op& op = m.ops[static_cast<size_t>(p.op)];
+  const int cut = c.solver->injective_cut(p.op);
+  const RowPlan rows = plan_rows(m, pi, cut, kRowSubsetMinFlops);
+  double reach;  // the rank one input's rows can reach
+  if (query_rows_flops(m, pi, rows, cut) > 0) {  // each head's columns of L, at a row
+    const double keys = op.context > 0 ? op.context : m.tokens;
+    reach = double(m.batch) * rows.per_sample * op.heads * (op.sinks >= 0 ? keys : keys - 1);
+  } else {
+    reach = stacked_rows(m, pi, cut) * (cut < static_cast<int>(m.ops.size()) ? m.ops[static_cast<size_t>(cut)].in : m.out_features);
+  }
+  return std::clamp(std::ceil(double(p.value.size()) / std::max(1.0, reach)), 1.0, 3.0);
+}
+
+// The work the plan weighs a bias by: bias_work with its structure's inputs as expected_inputs
+// expects them (a Gram matrix from the layers' factors takes one input anyway).
+double plan_work(const Context& c, int pi) {
+  const ModelParam& p = c.model.params[static_cast<size_t>(pi)];
+  const int cut = c.solver->injective_cut(p.op);
+  if (c.solver->options().structured_gram && structured_gram_flops(c.model, pi, cut) > 0) return bias_work(c, pi);
+  const double s = std::min(structural_flops(c.model, p, cut), kMaxBiasFlops);
+  return bias_work(c, pi) - s * (1 - expected_inputs(c, pi) / 3);
+}
+
 // A position table's bias stays with part 0: the invariance probes ask whether it cancelled.
 bool stays_first(const Context& c, int pi) {
   return c.model.ops[static_cast<size_t>(c.model.params[static_cast<size_t>(pi)].op)].kind == OpKind::position;
@@ -79,7 +110,7 @@ std::vector<int> plan(const Context& c, int count, double* heaviest) {
   std::vector<double> alone(n, 0.0);  // work a bias does apart from its family, beyond work[i]
   for (size_t i = 0; i < n; ++i) {
     const int pi = c.bias_params[i];
-    work[i] = bias_work(c, pi);
+    work[i] = plan_work(c, pi);
     if (stays_first(c, pi)) first_load += work[i];
     if (stays_first(c, pi)) continue;
     const ModelParam& p = c.model.params[static_cast<size_t>(pi)];
@@ -88,8 +119,11 @@ std::vector<int> plan(const Context& c, int count, double* heaviest) {
     if (c.solver->options().structured_gram) shared[i] = shared_gram_flops(c.model, pi, cut, &other);
     if (other < 0 && c.solver->options().query_factors) {
       shared[i] = shared_query_rows_flops(c.model, pi, cut, &other);
-      // (a key bias's structural_flops leaves its rows' matrices to its query bias)
-      if (pi == c.model.ops[static_cast<size_t>(p.op)].bk) alone[i] = shared[i];
+      if (other >= 0) {
+        const int key = pi == c.model.ops[static_cast<size_t>(p.op)].bk ? pi : other;
+        shared[i] *= expected_inputs(c, key) / 3;  // (counted for 3 inputs: the key bias's rows, its query bias's too)
+        if (pi == key) alone[i] = shared[i];       // (its structural_flops leaves them to its query bias)
+      }
     }
     const auto j = static_cast<size_t>(std::find(c.bias_params.begin(), c.bias_params.end(), other) - c.bias_params.begin());
     if (other >= 0 && j < n && !stays_first(c, other)) {
