@@ -469,6 +469,43 @@ TEST_CASE("structure: a key bias takes its rows through L only beside a query bi
   }
 }
 
+// A split's plan weighs each bias by the inputs it expects its structure to stack
+// (expected_inputs): never more than a bias that ends of full rank stacks, and fewer than the
+// budget's three where one input's rows can reach its directions (a value bias, a key bias beside
+// its query bias). Qwen2-style (RoPE, grouped heads, a gated FFN) and GPT-2-style blocks.
+TEST_CASE("structure: a bias of full rank stacks at least the inputs a split's plan expects of it") {
+  const std::string qwen2 =
+      R"({"type":"residual","body":[{"type":"rmsnorm"},{"type":"attention","num_heads":4,"num_kv_heads":2,"o_bias":false,"causal":true,"rope":true}]},)"
+      R"({"type":"residual","body":[{"type":"rmsnorm"},{"type":"glu","hidden":1024,"bias":true}]})";
+  const std::string gpt2 =
+      R"({"type":"residual","body":[{"type":"layernorm"},{"type":"attention","num_heads":4,"causal":true}]},)"
+      R"({"type":"residual","body":[{"type":"layernorm"},{"type":"linear","out_features":512},{"type":"gelu","approximate":"tanh"},)"
+      R"({"type":"linear","out_features":128}]},{"type":"layernorm"})";
+  int fewer = 0, full = 0;
+  for (const std::string& cfg : {stack(7, shape(2, 8, 256), qwen2), stack(3, shape(2, 8, 128), gpt2)}) {
+    INFO(cfg);
+    auto b = build(cfg);
+    TracePool pool(b.model, b.config);
+    StructureSolver solver(b.model, pool);
+    for (size_t pi = 0; pi < b.model.params.size(); ++pi) {
+      if (!is_bias_like(b.model.params[pi].role)) continue;
+      const int p = static_cast<int>(pi);
+      const Structure st = solver.solve(p);
+      const double expected = expected_inputs(b.model, p, solver.injective_cut(b.model.params[pi].op));
+      CAPTURE(b.model.params[pi].name);
+      CAPTURE(st.stop_note);
+      CHECK(expected >= 1);
+      CHECK(expected <= 3);
+      if (st.stop != StopRule::full_rank) continue;
+      ++full;
+      fewer += expected < 3;
+      CHECK(st.samples >= expected);
+    }
+  }
+  INFO(full << " biases ended of full rank, " << fewer << " of them expected under 3 inputs");
+  CHECK(fewer >= 4);
+}
+
 // A query bias's rows through L are held to their budget before each input, shared tail
 // included: whatever the budget, the solve never spends more than it (a first input estimated
 // without the tail it pays for ran past it).

@@ -47,35 +47,15 @@ double bias_work(const Context& c, int pi) {
   return s + 2 * 11 * forward_flops(c.model, p.op);
 }
 
-// The inputs the plan expects a bias's structure to stack. structural_flops counts 3 (the budget's
-// estimate, an upper one for most biases); a bias whose rows of one input can reach its
-// directions is settled by the first input where it is of full rank, as a block's effective
-// biases are, and the plan weighs it so (the TinyLlama-sized block's value bias: one input; its
-// query bias, whose rows give at most 960 of 2048 an input: three).
-double expected_inputs(const Context& c, int pi) {
-  const Model& m = c.model;
-  const ModelParam& p = m.params[static_cast<size_t>(pi)];
-  const Op& op = m.ops[static_cast<size_t>(p.op)];
-  const int cut = c.solver->injective_cut(p.op);
-  const RowPlan rows = plan_rows(m, pi, cut, kRowSubsetMinFlops);
-  double reach;  // the rank one input's rows can reach
-  if (query_rows_flops(m, pi, rows, cut) > 0) {  // each head's columns of L, at a row
-    const double keys = op.context > 0 ? op.context : m.tokens;
-    reach = double(m.batch) * rows.per_sample * op.heads * (op.sinks >= 0 ? keys : keys - 1);
-  } else {
-    reach = stacked_rows(m, pi, cut) * (cut < static_cast<int>(m.ops.size()) ? m.ops[static_cast<size_t>(cut)].in : m.out_features);
-  }
-  return std::clamp(std::ceil(double(p.value.size()) / std::max(1.0, reach)), 1.0, 3.0);
-}
-
 // The work the plan weighs a bias by: bias_work with its structure's inputs as expected_inputs
-// expects them (a Gram matrix from the layers' factors takes one input anyway).
+// (structure.hpp) expects them, not structural_flops's three (a Gram matrix from the layers'
+// factors takes one input anyway).
 double plan_work(const Context& c, int pi) {
   const ModelParam& p = c.model.params[static_cast<size_t>(pi)];
   const int cut = c.solver->injective_cut(p.op);
   if (c.solver->options().structured_gram && structured_gram_flops(c.model, pi, cut) > 0) return bias_work(c, pi);
   const double s = std::min(structural_flops(c.model, p, cut), kMaxBiasFlops);
-  return bias_work(c, pi) - s * (1 - expected_inputs(c, pi) / 3);
+  return bias_work(c, pi) - s * (1 - expected_inputs(c.model, pi, cut) / 3);
 }
 
 // A position table's bias stays with part 0: the invariance probes ask whether it cancelled.
@@ -121,7 +101,7 @@ std::vector<int> plan(const Context& c, int count, double* heaviest) {
       shared[i] = shared_query_rows_flops(c.model, pi, cut, &other);
       if (other >= 0) {
         const int key = pi == c.model.ops[static_cast<size_t>(p.op)].bk ? pi : other;
-        shared[i] *= expected_inputs(c, key) / 3;  // (counted for 3 inputs: the key bias's rows, its query bias's too)
+        shared[i] *= expected_inputs(c.model, key, cut) / 3;  // (counted for 3 inputs: the key bias's rows, its query bias's too)
         if (pi == key) alone[i] = shared[i];       // (its structural_flops leaves them to its query bias)
       }
     }

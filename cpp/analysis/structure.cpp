@@ -183,6 +183,25 @@ BIASLAB_COLD double shared_query_rows_flops(const Model& m, int param, int cut, 
 #endif
 }
 
+BIASLAB_COLD double expected_inputs(const Model& m, int param, int cut) {
+#ifdef BIASLAB_LEAN_ENGINE
+  (void)m, (void)param, (void)cut;
+  return 3;  // (no split here)
+#else
+  const ModelParam& p = m.params[static_cast<size_t>(param)];
+  const Op& op = m.ops[static_cast<size_t>(p.op)];
+  const RowPlan rows = plan_rows(m, param, cut, kRowSubsetMinFlops);
+  double reach;  // the rank one input's rows can reach
+  if (query_rows_flops(m, param, rows, cut) > 0) {  // each head's columns of L, at a row
+    const double keys = op.context > 0 ? op.context : m.tokens;
+    reach = double(m.batch) * rows.per_sample * op.heads * (op.sinks >= 0 ? keys : keys - 1);
+  } else {
+    reach = stacked_rows(m, param, cut) * (cut < static_cast<int>(m.ops.size()) ? m.ops[static_cast<size_t>(cut)].in : m.out_features);
+  }
+  return std::clamp(std::ceil(double(p.value.size()) / std::max(1.0, reach)), 1.0, 3.0);
+#endif
+}
+
 BIASLAB_COLD double stacked_rows(const Model& m, int param, int cut) {
   if (kTokenRows && cut < 0) cut = injective_cut(m, m.params[param].op);
   const RowPlan plan = kTokenRows ? plan_rows(m, param, cut, kRowSubsetMinFlops) : RowPlan{};

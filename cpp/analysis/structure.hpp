@@ -83,6 +83,13 @@ double query_rows_flops(const Model& m, int param, const RowPlan& plan, int cut,
 // structural_flops counts), with *partner set to the other bias (a param index), or 0 where the
 // key bias takes its unit directions.
 double shared_query_rows_flops(const Model& m, int param, int cut, int* partner);
+// The inputs a split's plan expects bias `param`'s structure to stack (its Jacobian at op `cut`),
+// 1 to 3. structural_flops counts 3 (the budget's estimate, an upper one for most biases); a bias
+// whose rows of one input can reach its directions is settled by the first input where it is of
+// full rank, as a block's effective biases are: ceil(directions / the rank one input's rows can
+// reach). (The TinyLlama-sized block's value bias: one input; its query bias, whose rows give at
+// most 960 of 2048 an input: three.) A lower bound on the inputs of a bias that ends full rank.
+double expected_inputs(const Model& m, int param, int cut);
 // Whether this module has token rows and the Cholesky certificate: the page's first-load engine
 // has neither, and hands on a config that would use them (analyze()).
 bool token_rows_linked();
