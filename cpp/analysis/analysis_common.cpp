@@ -67,15 +67,9 @@ double structural_flops(const Model& m, const ModelParam& p, int cut) {
   if (cut < 0) cut = injective_cut(m, p.op);
   const int param = static_cast<int>(&p - m.params.data());
   if (const double f = structured_gram_flops(m, param, cut); f > 0) return f;
-  // A query or key bias whose rows go through its heads' L: their work (a shared tail, which only
-  // other biases plan, left out), the rows' matrices a key bias shares with its query bias
-  // counted once, with the query bias (parts.cpp weighs the key bias apart with them).
+  // A query or key bias whose rows go through its heads' L: their work (query_rows_estimate).
 #ifndef BIASLAB_LEAN_ENGINE
-  if (const double f = query_rows_flops(m, param, plan_rows(m, param, cut, kRowSubsetMinFlops), cut); f > 0) {
-    int partner = -1;
-    const double shared = param == m.ops[static_cast<size_t>(p.op)].bk ? shared_query_rows_flops(m, param, cut, &partner) : 0;
-    return 3.0 * f - shared;
-  }
+  if (const double f = query_rows_estimate(m, param, cut); f > 0) return f;
 #endif
   return 3.0 * structural_flops_per_input(m, p, true, kRowSubsetMinFlops, cut);
 }

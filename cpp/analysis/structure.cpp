@@ -183,6 +183,19 @@ BIASLAB_COLD double shared_query_rows_flops(const Model& m, int param, int cut, 
 #endif
 }
 
+BIASLAB_COLD double query_rows_estimate(const Model& m, int param, int cut) {
+#ifdef BIASLAB_LEAN_ENGINE
+  (void)m, (void)param, (void)cut;
+  return 0;  // (no token rows)
+#else
+  const double f = query_rows_flops(m, param, plan_rows(m, param, cut, kRowSubsetMinFlops), cut);
+  if (f <= 0) return 0;
+  int partner = -1;
+  const bool key = param == m.ops[static_cast<size_t>(m.params[static_cast<size_t>(param)].op)].bk;
+  return 3.0 * f - (key ? shared_query_rows_flops(m, param, cut, &partner) : 0);
+#endif
+}
+
 BIASLAB_COLD double expected_inputs(const Model& m, int param, int cut) {
 #ifdef BIASLAB_LEAN_ENGINE
   (void)m, (void)param, (void)cut;
@@ -1241,10 +1254,14 @@ Structure StructureSolver::solve(int param, const std::function<bool()>& cancell
   // Taken where it pushes fewer vectors a row than the unit directions: Tk < d.
   const bool query_rows = kTokenRows && opt_.query_factors && query_rows_flops(m_, param, plan, cut) > 0;
   if (query_rows) out.tail_at = -1;  // (set where a row's tail is attached)
-  [[maybe_unused]] int row_input = -1;  // the input rows_of took the rows of last (the query rows' matrices are kept by it)
+#ifndef BIASLAB_LEAN_ENGINE
+  int row_input = -1;  // the input rows_of took the rows of last (the query rows' matrices are kept by it)
+#endif
   auto rows_of = [&](const Trace& tr, int k) {
-    row_input = k;
     if (!kTokenRows || plan.at < 0) return std::optional<TokenRows>();
+#ifndef BIASLAB_LEAN_ENGINE
+    row_input = k;
+#endif
     std::optional<TokenRows> t(take_rows(tr, plan.at, cut, plan_idx));
     if (tail_p >= 0) {
       out.tail_at = tail_p;
@@ -1444,15 +1461,15 @@ Structure StructureSolver::solve(int param, const std::function<bool()>& cancell
       for (int j = 0; j < N; ++j) {
         const Eigen::Index row = sub->rows[static_cast<size_t>(j)];
         const std::vector<QueryFactors> f = *query_bias_factors(m_, ao, tr.attention[static_cast<size_t>(start)], param, row);
-        const std::array<long, 4> id{row_input, start, to, static_cast<long>(row)};
+        std::vector<Eigen::Index> first(static_cast<size_t>(H) + 1, 0);  // head h's columns: [first[h], first[h + 1])
+        for (int h = 0; h < H; ++h) first[static_cast<size_t>(h) + 1] = first[static_cast<size_t>(h)] + f[static_cast<size_t>(h)].L.cols();
+        const Eigen::Index count = first.back();
+        if (count == 0) continue;  // (no head's query moves this row)
+        const auto ops = static_cast<Eigen::Index>(m_.ops.size()) + 1;
+        const Eigen::Index id = ((Eigen::Index(row_input) * ops + start) * ops + to) * tr.inputs[0].rows() + row;
         auto kept = row_input >= 0 ? query_rows_.find(id) : query_rows_.end();
-        QueryRowMatrix made;
+        Mat made;  // Z, where not kept
         if (kept == query_rows_.end()) {
-          made.first.assign(static_cast<size_t>(H) + 1, 0);  // head h's columns: [first[h], first[h + 1])
-          for (int h = 0; h < H; ++h)
-            made.first[static_cast<size_t>(h) + 1] = made.first[static_cast<size_t>(h)] + f[static_cast<size_t>(h)].L.cols();
-          const Eigen::Index count = made.first.back();
-          if (count == 0) continue;  // (no head's query moves this row)
           const TokenRows one = take_rows(tr, sub->at, to, {row});
           const int step = chunk_directions(m_, sub->at, to, ao.in, 1, static_cast<int>(count), opt_.chunk_elements);
           Mat y(count, w_to);
@@ -1464,8 +1481,8 @@ Structure StructureSolver::solve(int param, const std::function<bool()>& cancell
             const Eigen::Index c = std::min<Eigen::Index>(step, count - c0);
             Mat init = Mat::Zero(c, ao.in);  // column t of L_h in head h's block, for first[h] + t in the chunk
             for (Eigen::Index r = 0, h = 0; r < c; ++r) {
-              while (made.first[static_cast<size_t>(h) + 1] <= c0 + r) ++h;
-              init.row(r).segment(h * d, d) = f[static_cast<size_t>(h)].L.col(c0 + r - made.first[static_cast<size_t>(h)]).transpose();
+              while (first[static_cast<size_t>(h) + 1] <= c0 + r) ++h;
+              init.row(r).segment(h * d, d) = f[static_cast<size_t>(h)].L.col(c0 + r - first[static_cast<size_t>(h)]).transpose();
             }
             y.middleRows(c0, c) = to > sub->at ? jvp_rows(m_, tr, one, sub->at, to, init, static_cast<int>(c)) : init;
           }
@@ -1476,22 +1493,22 @@ Structure StructureSolver::solve(int param, const std::function<bool()>& cancell
           if (count < w) {
             ColMat yt = y.transpose();
             Eigen::HouseholderQR<Eigen::Ref<ColMat>> qr(yt);
-            made.Z = qr.matrixQR().topRows(count).triangularView<Eigen::Upper>().transpose();
+            made = qr.matrixQR().topRows(count).triangularView<Eigen::Upper>().transpose();
           } else {
-            made.Z = std::move(y);
+            made = std::move(y);
           }
-          const double bytes = double(made.Z.size()) * sizeof(double);
+          const double bytes = double(made.size()) * sizeof(double);
           if (row_input >= 0 && query_rows_bytes_ + bytes <= kQueryRowBytes) {  // else used for this bias alone
             query_rows_bytes_ += bytes;
             kept = query_rows_.emplace(id, std::move(made)).first;
           }
         }
-        const QueryRowMatrix& qm = kept != query_rows_.end() ? kept->second : made;
-        const Eigen::Index stride = qm.Z.cols();
+        const Mat& Z = kept != query_rows_.end() ? kept->second : made;
+        const Eigen::Index stride = Z.cols();
         Mat J;  // (d, stride): the Jacobian's rows here for head h's d directions (a key bias: its key head's)
         for (int h = 0; h < H; ++h) {
-          const Eigen::Index h0 = qm.first[static_cast<size_t>(h)], Th = qm.first[static_cast<size_t>(h) + 1] - h0;
-          Mat part = Th > 0 ? Mat(f[static_cast<size_t>(h)].K.transpose() * qm.Z.middleRows(h0, Th)) : Mat::Zero(d, stride);
+          const Eigen::Index h0 = first[static_cast<size_t>(h)], Th = first[static_cast<size_t>(h) + 1] - h0;
+          Mat part = Th > 0 ? Mat(f[static_cast<size_t>(h)].K.transpose() * Z.middleRows(h0, Th)) : Mat::Zero(d, stride);
           if (key && h % group != 0) J += part;
           else J = std::move(part);
           if (key && (h + 1) % group != 0) continue;

@@ -77,6 +77,11 @@ RowPlan plan_rows(const Model& m, int param, int cut, double min_flops);
 // op `tail_p` (-1: none) and its product, or up to `cut` (StructureSolver; query_bias_factors).
 // Its work for one input, or 0 where the plan does not take that path.
 double query_rows_flops(const Model& m, int param, const RowPlan& plan, int cut, int tail_p = -1);
+// The structure's work estimated up front (structural_flops) for a bias whose rows go through its
+// heads' L: 3 inputs of query_rows_flops (a shared tail, which only other biases plan, left
+// out), a key bias's less the rows' matrices it shares with its query bias (counted once, with
+// the query bias; parts.cpp weighs a key bias apart with them). 0 where the rows do not.
+double query_rows_estimate(const Model& m, int param, int cut);
 // The part of that work an attention's query and key biases share where one engine runs both:
 // the key bias takes its rows through L beside the query bias, and their rows' matrices are made
 // once (StructureSolver). For either bias, the work of the rows both take (3 inputs, as
@@ -266,16 +271,13 @@ class StructureSolver {
   std::map<std::array<int, 3>, std::map<Eigen::Index, Mat>> tails_;  // (input, p, cut) -> row -> map
   [[maybe_unused]] double tail_bytes_ = 0;  // (unused where the module has no token rows)
   // A query row's matrix Z (count x stride; solve): its attention's heads' columns of L
-  // (query_bias_factors, `first[h]` on for head h) through the ops after the attention, so that
-  // the row's Jacobian for a query or key bias is Z^T times that bias's K. The query and key
-  // biases of one attention have the same L, so the first to ask makes Z and the other takes it
-  // (kept while they fit; each bias still pays for the rows it uses, as with the shared tails).
-  // Keyed by (input, attention op, op the columns were taken to, row).
-  struct QueryRowMatrix {
-    Mat Z;
-    std::vector<Eigen::Index> first;
-  };
-  std::map<std::array<long, 4>, QueryRowMatrix> query_rows_;
+  // (query_bias_factors) through the ops after the attention, so that the row's Jacobian for a
+  // query or key bias is Z^T times that bias's K. The query and key biases of one attention have
+  // the same L, so the first to ask makes Z and the other takes it (kept while they fit; each
+  // bias still pays for the rows it uses, as with the shared tails). Keyed by (input, attention
+  // op, op the columns were taken to, row) as one number (the map type the tails use already:
+  // the page's first-load engine, which never fills it, has its size budgeted).
+  std::map<Eigen::Index, Mat> query_rows_;
   [[maybe_unused]] double query_rows_bytes_ = 0;
   // A gated FFN's gate and up biases have the same A = W2^T Gamma^2 W2 in their Gram matrices
   // from the layers' factors (mlp_gram): the first keeps it for the second, keyed by (W2's op,
