@@ -430,19 +430,34 @@ TEST_CASE("structure: a key bias's rows through L answer as its unit directions 
         const Structure a = solvers.with.solve(k), e = solvers.without.solve(k);
         check_rows_through_l(a, e);
         ++taken;
+        CHECK(a.rows_shared == 0);  // (its query bias not solved yet)
         // After the query bias, in an engine of its own: the same bits, the same work counted.
         TracePool pool(b.model, b.config);
         StructureSolver after(b.model, pool, RowSolvers::options(0));
         if (tail) after.solve(before);
-        REQUIRE(after.solve(q).query_factors);
+        const Structure first_q = after.solve(q);
+        REQUIRE(first_q.query_factors);
+        CHECK(first_q.rows_shared == 0);
         const Structure s = after.solve(k);
         CHECK(s.query_factors);
+        CHECK(s.rows_shared > 0);  // (the rows' matrices were the query bias's)
         CHECK(s.rank_history == a.rank_history);
         CHECK(s.kept_min == a.kept_min);
         CHECK(s.null_max == a.null_max);
         CHECK(s.null_basis == a.null_basis);
         CHECK(s.tail_at == a.tail_at);
         CHECK(s.flops == a.flops);
+        // And the other way round: the query bias after the key bias answers as it does first.
+        TracePool pool_r(b.model, b.config);
+        StructureSolver reverse(b.model, pool_r, RowSolvers::options(0));
+        if (tail) reverse.solve(before);
+        reverse.solve(k);
+        const Structure r = reverse.solve(q);
+        CHECK(r.rows_shared > 0);
+        CHECK(r.rank_history == first_q.rank_history);
+        CHECK(r.kept_min == first_q.kept_min);
+        CHECK(r.null_basis == first_q.null_basis);
+        CHECK(r.flops == first_q.flops);
       }
   CHECK(taken == 12);
 }
@@ -481,7 +496,7 @@ TEST_CASE("structure: a bias of full rank stacks at least the inputs a split's p
       R"({"type":"residual","body":[{"type":"layernorm"},{"type":"attention","num_heads":4,"causal":true}]},)"
       R"({"type":"residual","body":[{"type":"layernorm"},{"type":"linear","out_features":512},{"type":"gelu","approximate":"tanh"},)"
       R"({"type":"linear","out_features":128}]},{"type":"layernorm"})";
-  int fewer = 0, full = 0;
+  int fewer = 0, more = 0, full = 0;
   for (const std::string& cfg : {stack(7, shape(2, 8, 256), qwen2), stack(3, shape(2, 8, 128), gpt2)}) {
     INFO(cfg);
     auto b = build(cfg);
@@ -499,11 +514,13 @@ TEST_CASE("structure: a bias of full rank stacks at least the inputs a split's p
       if (st.stop != StopRule::full_rank) continue;
       ++full;
       fewer += expected < 3;
+      more += expected > 1;
       CHECK(st.samples >= expected);
     }
   }
-  INFO(full << " biases ended of full rank, " << fewer << " of them expected under 3 inputs");
+  INFO(full << " biases ended of full rank, " << fewer << " of them expected under 3 inputs, " << more << " over 1");
   CHECK(fewer >= 4);
+  CHECK(more >= 1);  // (the query biases, whose rows reach at most heads x (keys - 1) an input)
 }
 
 // A query bias's rows through L are held to their budget before each input, shared tail

@@ -1457,6 +1457,12 @@ Structure StructureSolver::solve(int param, const std::function<bool()>& cancell
       const int w_to = to < static_cast<int>(m_.ops.size()) ? m_.ops[static_cast<size_t>(to)].in : m_.out_features;
       const bool key = param == ao.bk;  // (a key bias: its heads add up on their key head's d directions)
       const int group = H / ao.kv_heads;
+      // The rows the attention's other bias takes through L too (the last `partner_rows` tokens of
+      // each sample; 0: none), for which this bias keeps the matrices it makes.
+      const int other = key ? ao.bq : ao.bk;
+      const RowPlan other_plan = other >= 0 ? plan_rows(m_, other, cut, row_min) : RowPlan{};
+      const int partner_rows = other >= 0 && query_rows_flops(m_, other, other_plan, cut) > 0 ? other_plan.per_sample : 0;
+      std::map<Eigen::Index, Mat>& shared = query_rows_[{row_input, start, to}];
       Eigen::Index offset = 0;  // the rows stacked so far (each row adds its own count, or w)
       for (int j = 0; j < N; ++j) {
         const Eigen::Index row = sub->rows[static_cast<size_t>(j)];
@@ -1465,11 +1471,10 @@ Structure StructureSolver::solve(int param, const std::function<bool()>& cancell
         for (int h = 0; h < H; ++h) first[static_cast<size_t>(h) + 1] = first[static_cast<size_t>(h)] + f[static_cast<size_t>(h)].L.cols();
         const Eigen::Index count = first.back();
         if (count == 0) continue;  // (no head's query moves this row)
-        const auto ops = static_cast<Eigen::Index>(m_.ops.size()) + 1;
-        const Eigen::Index id = ((Eigen::Index(row_input) * ops + start) * ops + to) * tr.inputs[0].rows() + row;
-        auto kept = row_input >= 0 ? query_rows_.find(id) : query_rows_.end();
+        auto kept = row_input >= 0 ? shared.find(row) : shared.end();
+        const bool taken = kept != shared.end();  // (made by the other bias, which is done with it)
         Mat made;  // Z, where not kept
-        if (kept == query_rows_.end()) {
+        if (!taken) {
           const TokenRows one = take_rows(tr, sub->at, to, {row});
           const int step = chunk_directions(m_, sub->at, to, ao.in, 1, static_cast<int>(count), opt_.chunk_elements);
           Mat y(count, w_to);
@@ -1498,12 +1503,14 @@ Structure StructureSolver::solve(int param, const std::function<bool()>& cancell
             made = std::move(y);
           }
           const double bytes = double(made.size()) * sizeof(double);
-          if (row_input >= 0 && query_rows_bytes_ + bytes <= kQueryRowBytes) {  // else used for this bias alone
+          const bool theirs = row % m_.tokens >= m_.tokens - partner_rows;
+          if (row_input >= 0 && theirs && query_rows_bytes_ + bytes <= kQueryRowBytes) {  // else used here alone
             query_rows_bytes_ += bytes;
-            kept = query_rows_.emplace(id, std::move(made)).first;
+            kept = shared.emplace(row, std::move(made)).first;
           }
         }
-        const Mat& Z = kept != query_rows_.end() ? kept->second : made;
+        out.rows_shared += taken;
+        const Mat& Z = kept != shared.end() ? kept->second : made;
         const Eigen::Index stride = Z.cols();
         Mat J;  // (d, stride): the Jacobian's rows here for head h's d directions (a key bias: its key head's)
         for (int h = 0; h < H; ++h) {
@@ -1517,6 +1524,10 @@ Structure StructureSolver::solve(int param, const std::function<bool()>& cancell
             push_nonzeros(cols[static_cast<size_t>(target * d + e)], J.data() + Eigen::Index(e) * stride, stride, offset);
         }
         offset += stride;
+        if (taken) {
+          query_rows_bytes_ -= double(kept->second.size()) * sizeof(double);
+          shared.erase(kept);
+        }
       }
       rows = offset;
       out.flops += query_cost;

@@ -93,7 +93,9 @@ double shared_query_rows_flops(const Model& m, int param, int cut, int* partner)
 // whose rows of one input can reach its directions is settled by the first input where it is of
 // full rank, as a block's effective biases are: ceil(directions / the rank one input's rows can
 // reach). (The TinyLlama-sized block's value bias: one input; its query bias, whose rows give at
-// most 960 of 2048 an input: three.) A lower bound on the inputs of a bias that ends full rank.
+// most 960 of 2048 an input: three.) A lower bound on the inputs of a bias that ends full rank,
+// but for one whose Gram matrix comes from its layers' factors (one input; the plan weighs those
+// by structured_gram_flops).
 double expected_inputs(const Model& m, int param, int cut);
 // Whether this module has token rows and the Cholesky certificate: the page's first-load engine
 // has neither, and hands on a config that would use them (analyze()).
@@ -214,6 +216,7 @@ struct Structure {
   int gram_splits = 0;              // rank decisions a wide cluster's Gram matrix split (gram_split)
   bool structured_gram = false;     // full rank certified from the layers' factors (structured_gram)
   bool query_factors = false;       // the rows' tangents went through the heads' L (query_bias_factors)
+  int rows_shared = 0;              // of those rows, how many the attention's other bias had made (StructureSolver)
   // How the null space found from them was checked on every row: "bound" (through the per-token
   // layers), "computed" (its tangents), "none" (full rank: no check needed), "not reached" (a
   // budget ran out first: the rank is a lower bound anyway), "failed" (the rows missed rank,
@@ -274,10 +277,11 @@ class StructureSolver {
   // (query_bias_factors) through the ops after the attention, so that the row's Jacobian for a
   // query or key bias is Z^T times that bias's K. The query and key biases of one attention have
   // the same L, so the first to ask makes Z and the other takes it (kept while they fit; each
-  // bias still pays for the rows it uses, as with the shared tails). Keyed by (input, attention
-  // op, op the columns were taken to, row) as one number (the map type the tails use already:
-  // the page's first-load engine, which never fills it, has its size budgeted).
-  std::map<Eigen::Index, Mat> query_rows_;
+  // bias still pays for the rows it uses, as with the shared tails). Kept only for the rows the
+  // other bias takes, and freed once it has: (input, attention op, op the columns were taken to)
+  // -> row -> Z (the map type the tails use already: the page's first-load engine, which never
+  // fills it, has its size budgeted).
+  std::map<std::array<int, 3>, std::map<Eigen::Index, Mat>> query_rows_;
   [[maybe_unused]] double query_rows_bytes_ = 0;
   // A gated FFN's gate and up biases have the same A = W2^T Gamma^2 W2 in their Gram matrices
   // from the layers' factors (mlp_gram): the first keeps it for the second, keyed by (W2's op,
