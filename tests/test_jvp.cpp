@@ -475,6 +475,43 @@ TEST_CASE("jvp: unit bias directions through activations take the one-hot path, 
   }
 }
 
+TEST_CASE("jvp: a gated FFN takes many directions token by token, with the two products' values") {
+  // From 32 directions on, a per-token tangent goes through the gated FFN with each token's own
+  // matrix diag(act'(g) u) W_gate + diag(act(g)) W_up (glu_jvp_per_token), a block of hidden units
+  // at a time. The same directions one at a time take the two products; they must agree to
+  // rounding. The hidden width (300) leaves a partial block; the seeds are the query and key
+  // biases, through the attention, and a Linear's bias, which the RMSNorm before the FFN makes
+  // per token.
+  auto b = build(net(2, 3, 8, R"({"type": "residual", "body": [{"type": "rmsnorm"},
+      {"type": "attention", "num_heads": 2, "causal": true, "rope": true}]},
+      {"type": "linear"}, {"type": "residual", "body": [{"type": "rmsnorm"}, {"type": "glu", "hidden": 300, "activation": "gelu"}]})"));
+  const Model& m = b.model;
+  const Mat x = draw_input(b.config, 0);
+  Trace trace;
+  forward<double>(m, cast_weights<double>(m), x, {}, &trace);
+  const int stop = static_cast<int>(m.ops.size());
+  for (const std::string name : {"layers.0.body.1.q_proj.bias", "layers.0.body.1.k_proj.bias", "layers.1.bias"}) {
+    CAPTURE(name);
+    const int pi = param_index(m, name);
+    const int size = static_cast<int>(m.params[pi].value.size()), n = 40;
+    Rng rng(23, name);
+    Mat dirs(n, size);
+    for (Eigen::Index i = 0; i < dirs.size(); ++i) dirs(i) = rng.normal();
+    const Mat all = jvp(m, trace, Seed{pi, dirs, true}, n, stop);
+    const Eigen::Index N = all.rows() / n;
+    REQUIRE(all.rows() == n * N);
+    double err = 0, scale = 0;
+    for (int a = 0; a < n; ++a) {
+      const Mat one = jvp(m, trace, Seed{pi, Mat(dirs.row(a)), true}, 1, stop);
+      REQUIRE(one.rows() == N);
+      err = std::max(err, (all.middleRows(a * N, N) - one).cwiseAbs().maxCoeff());
+      scale = std::max(scale, one.cwiseAbs().maxCoeff());
+    }
+    CHECK(scale > 0);
+    CHECK_LE_TOL(err, 1e-13 * scale, "max |40 directions at once - one at a time|");
+  }
+}
+
 TEST_CASE("jvp: the structure's work estimate counts the one-hot Linear as one column per token") {
   // The limits (analysis/analyze.cpp) and the per-bias budget use this estimate: per direction
   // and token, 10 flops per feature of an elementwise op or norm, and for the Linear after the

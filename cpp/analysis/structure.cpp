@@ -1,5 +1,6 @@
 #include "analysis/structure.hpp"
 #include "layers/attention.hpp"
+#include "layers/glu.hpp"
 #include "layers/norm.hpp"
 #include "layers/ops.hpp"
 
@@ -20,22 +21,38 @@ namespace biaslab {
 
 namespace {
 
-// The work of ops [p, cut) for one direction on one token.
-double per_token_flops(const Model& m, int p, int cut) {
+// A gated FFN's two products for one direction on one token, among `directions` of a per-token
+// tangent there: from kGluPerTokenDirections on, one product with each token's own matrix and
+// that matrix's share (glu_jvp_per_token).
+double glu_pair_flops(const Op& op, double directions) {
+  const double p = double(op.in) * op.out;
+  return directions >= kGluPerTokenDirections ? 2.0 * p + 3.0 * p / directions : 4.0 * p;
+}
+
+// The work of ops [p, cut) for one direction on one token, among `directions` there.
+double per_token_flops(const Model& m, int p, int cut, double directions = 1) {
   double f = 0;
   for (int i = p; i < cut; ++i) {
     const Op& op = m.ops[static_cast<size_t>(i)];
     if (op.kind == OpKind::linear) f += 2.0 * op.in * op.out;
-    else if (op.kind == OpKind::glu) f += 4.0 * op.in * op.out + 10.0 * op.out;
+    else if (op.kind == OpKind::glu) f += glu_pair_flops(op, directions) + 10.0 * op.out;
     else f += 10.0 * op.in;
   }
   return f;
 }
 
+// A query row's column (one head's column of L) through the ops [at, to): a Linear first (the
+// attention's o_proj) reads only that head's d columns of its weight.
+double query_column_flops(const Model& m, const Op& attention, int at, int to, double directions) {
+  const Op& next = m.ops[static_cast<size_t>(at)];
+  if (to <= at || next.kind != OpKind::linear) return per_token_flops(m, at, to, directions);
+  return 2.0 * (attention.in / attention.heads) * next.out + per_token_flops(m, at + 1, to, directions);
+}
+
 // The work of `rows` token rows' matrices of a shared tail at op p (tail_rows): each row's unit
 // tangents at p, one per feature, through the per-token ops [p, cut).
 double tail_rows_flops(const Model& m, double rows, int p, int cut) {
-  return rows * m.ops[static_cast<size_t>(p)].in * per_token_flops(m, p, cut);
+  return rows * m.ops[static_cast<size_t>(p)].in * per_token_flops(m, p, cut, m.ops[static_cast<size_t>(p)].in);
 }
 
 double trace_bytes(const Trace& t) {
@@ -141,24 +158,40 @@ BIASLAB_COLD RowPlan plan_rows(const Model& m, int param, int cut, double min_fl
   return plan;
 }
 
+BIASLAB_COLD bool query_rows_apply(const Model& m, const Op& op, int param) {
+  if (!query_bias_factorable(op, param)) return false;
+  // A key bias takes its rows through L only beside its attention's query bias (the same rows'
+  // matrices, made once where one engine runs both; alone, its d unit directions cost less), where
+  // the query bias's rows start at the same op (query_rows_flops). (Its query bias has at least as
+  // many directions: where the key bias's rows pay off, theirs do.)
+  if (param == op.bk && op.bq < 0) return false;
+  return (op.context > 0 ? op.context : m.tokens) < op.in / op.heads;
+}
+
+BIASLAB_COLD double query_row_columns(const Model& m, const Op& op, int t) {
+  const int Tk = op.context > 0 ? op.context : m.tokens;
+  const int keys = op.causal ? std::min(t + 1, Tk) : Tk;  // (the keys softmax_rows weighs)
+  return double(op.heads) * std::max(0, op.sinks >= 0 ? keys : keys - 1);
+}
+
 BIASLAB_COLD double query_rows_flops(const Model& m, int param, const RowPlan& plan, int cut, int tail_p) {
 #ifdef BIASLAB_LEAN_ENGINE
   return 0;  // (no token rows: plan_rows makes no plan)
 #endif
   const Op& op = m.ops[static_cast<size_t>(m.params[param].op)];
-  if (plan.at != m.params[param].op + 1 || !query_bias_factorable(op, param)) return 0;
-  // A key bias takes its rows through L only beside its attention's query bias (the same rows'
-  // matrices, made once where one engine runs both; alone, its d unit directions cost less).
-  // (Its query bias has at least as many directions: where the key bias's rows pay off, theirs do.)
-  if (param == op.bk && (op.bq < 0 || plan_rows(m, op.bq, cut, 0).at != plan.at)) return 0;
-  const int H = op.heads, d = op.in / H, Tk = op.context > 0 ? op.context : m.tokens;
-  if (Tk >= d) return 0;
-  const int to = tail_p >= 0 ? tail_p : cut;
+  if (plan.at != m.params[param].op + 1 || !query_rows_apply(m, op, param)) return 0;
+  if (param == op.bk && plan_rows(m, op.bq, cut, 0).at != plan.at) return 0;  // (the query bias's rows start elsewhere)
+  const int d = op.in / op.heads, to = tail_p >= 0 ? tail_p : cut;
   auto width = [&](int i) { return double(i < static_cast<int>(m.ops.size()) ? m.ops[static_cast<size_t>(i)].in : m.out_features); };
-  const double cols = double(H) * Tk, w = width(cut);
-  // (then, where there are fewer columns than outputs, their triangular factor times K: below)
-  const double rows = cols < w ? 2 * w * cols * cols + 2 * cols * cols * d : 2 * cols * d * w;
-  return double(m.batch) * plan.per_sample * (cols * (per_token_flops(m, plan.at, to) + (tail_p >= 0 ? 2 * width(to) * w : 0)) + rows);
+  const double w = width(cut);
+  double f = 0;
+  for (int j = 0; j < plan.per_sample; ++j) {
+    const double cols = query_row_columns(m, op, m.tokens - 1 - j);
+    f += cols * (query_column_flops(m, op, plan.at, to, cols) + (tail_p >= 0 ? 2 * width(to) * w : 0));
+    // (then, where there are fewer columns than outputs, their triangular factor, times K)
+    f += cols < w ? 2 * w * cols * cols + 2 * cols * cols * d : 2 * cols * d * w;
+  }
+  return double(m.batch) * f;
 }
 
 BIASLAB_COLD double shared_query_rows_flops(const Model& m, int param, int cut, int* partner) {
@@ -172,14 +205,17 @@ BIASLAB_COLD double shared_query_rows_flops(const Model& m, int param, int cut, 
   const RowPlan pk = plan_rows(m, op.bk, cut, kRowSubsetMinFlops);
   if (query_rows_flops(m, op.bk, pk, cut) <= 0) return 0;  // (the key bias takes its unit directions)
   const RowPlan pq = plan_rows(m, op.bq, cut, kRowSubsetMinFlops);
-  const double cols = double(op.heads) * (op.context > 0 ? op.context : m.tokens);
   const double w = cut < static_cast<int>(m.ops.size()) ? m.ops[static_cast<size_t>(cut)].in : m.out_features;
   // Each row's matrix: its columns through the ops after the attention, and their triangular
-  // factor (query_rows_flops less each bias's own product with its K); 3 inputs, as
-  // structural_flops counts them.
-  const double per_row = cols * per_token_flops(m, pk.at, cut) + (cols < w ? 2 * w * cols * cols : 0);
+  // factor (query_rows_flops less each bias's own product with its K), for the rows both take
+  // (the last ones); 3 inputs, as structural_flops counts them.
+  double f = 0;
+  for (int j = 0; j < std::min(pq.per_sample, pk.per_sample); ++j) {
+    const double cols = query_row_columns(m, op, m.tokens - 1 - j);
+    f += cols * query_column_flops(m, op, pk.at, cut, cols) + (cols < w ? 2 * w * cols * cols : 0);
+  }
   *partner = param == op.bq ? op.bk : op.bq;
-  return 3.0 * m.batch * std::min(pq.per_sample, pk.per_sample) * per_row;
+  return 3.0 * m.batch * f;
 #endif
 }
 
@@ -206,8 +242,8 @@ BIASLAB_COLD double expected_inputs(const Model& m, int param, int cut) {
   const RowPlan rows = plan_rows(m, param, cut, kRowSubsetMinFlops);
   double reach;  // the rank one input's rows can reach
   if (query_rows_flops(m, param, rows, cut) > 0) {  // each head's columns of L, at a row
-    const double keys = op.context > 0 ? op.context : m.tokens;
-    reach = double(m.batch) * rows.per_sample * op.heads * (op.sinks >= 0 ? keys : keys - 1);
+    reach = 0;
+    for (int j = 0; j < rows.per_sample; ++j) reach += double(m.batch) * query_row_columns(m, op, m.tokens - 1 - j);
   } else {
     reach = stacked_rows(m, param, cut) * (cut < static_cast<int>(m.ops.size()) ? m.ops[static_cast<size_t>(cut)].in : m.out_features);
   }
@@ -256,7 +292,7 @@ BIASLAB_COLD double structural_flops_per_input(const Model& m, const ModelParam&
       bc = false;
     } else if (op.kind == OpKind::glu) {
       // A gate or up bias enters after its projection; anything earlier passes both.
-      per_direction += (i == p.op ? 0 : 4 * Nb * op.in * op.out) + 10 * N * op.out;
+      per_direction += (i == p.op ? 0 : bc ? 4.0 * op.in * op.out : N * glu_pair_flops(op, double(p.value.size()))) + 10 * N * op.out;
       bc = false;
     } else if (i > p.op) {
       switch (op.kind) {
@@ -1478,18 +1514,37 @@ Structure StructureSolver::solve(int param, const std::function<bool()>& cancell
           const TokenRows one = take_rows(tr, sub->at, to, {row});
           const int step = chunk_directions(m_, sub->at, to, ao.in, 1, static_cast<int>(count), opt_.chunk_elements);
           Mat y(count, w_to);
+          // A Linear first (the attention's o_proj): each column is one head's d entries, so it
+          // takes that head's d columns of the weight, not the whole of it.
+          const Op& next = m_.ops[static_cast<size_t>(sub->at)];
+          const bool project = to > sub->at && next.kind == OpKind::linear;
           for (Eigen::Index c0 = 0; c0 < count; c0 += step) {
             if (cancelled && cancelled()) {
               *stopped = true;
               return;
             }
             const Eigen::Index c = std::min<Eigen::Index>(step, count - c0);
-            Mat init = Mat::Zero(c, ao.in);  // column t of L_h in head h's block, for first[h] + t in the chunk
-            for (Eigen::Index r = 0, h = 0; r < c; ++r) {
-              while (first[static_cast<size_t>(h) + 1] <= c0 + r) ++h;
-              init.row(r).segment(h * d, d) = f[static_cast<size_t>(h)].L.col(c0 + r - first[static_cast<size_t>(h)]).transpose();
+            Mat init;
+            if (project) {
+              const Mat& W = m_.params[static_cast<size_t>(next.w)].value;
+              init.resize(c, W.rows());
+              for (Eigen::Index r = 0, h = 0; r < c;) {  // head h's columns in the chunk: [r, r + k)
+                while (first[static_cast<size_t>(h) + 1] <= c0 + r) ++h;
+                const Eigen::Index k = std::min<Eigen::Index>(c - r, first[static_cast<size_t>(h) + 1] - c0 - r);
+                init.middleRows(r, k).noalias() =
+                    f[static_cast<size_t>(h)].L.middleCols(c0 + r - first[static_cast<size_t>(h)], k).transpose() *
+                    W.middleCols(h * d, d).transpose();
+                r += k;
+              }
+            } else {
+              init = Mat::Zero(c, ao.in);  // column t of L_h in head h's block, for first[h] + t in the chunk
+              for (Eigen::Index r = 0, h = 0; r < c; ++r) {
+                while (first[static_cast<size_t>(h) + 1] <= c0 + r) ++h;
+                init.row(r).segment(h * d, d) = f[static_cast<size_t>(h)].L.col(c0 + r - first[static_cast<size_t>(h)]).transpose();
+              }
             }
-            y.middleRows(c0, c) = to > sub->at ? jvp_rows(m_, tr, one, sub->at, to, init, static_cast<int>(c)) : init;
+            const int from = sub->at + (project ? 1 : 0);
+            y.middleRows(c0, c) = to > from ? jvp_rows(m_, tr, one, from, to, init, static_cast<int>(c)) : init;
           }
           if (tail) y = y * (*sub->tail)[static_cast<size_t>(j)].transpose();
           // The row's Jacobian is y^T K (w x n; K block-diagonal, head h's keys in its block). With

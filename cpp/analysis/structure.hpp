@@ -77,6 +77,13 @@ RowPlan plan_rows(const Model& m, int param, int cut, double min_flops);
 // op `tail_p` (-1: none) and its product, or up to `cut` (StructureSolver; query_bias_factors).
 // Its work for one input, or 0 where the plan does not take that path.
 double query_rows_flops(const Model& m, int param, const RowPlan& plan, int cut, int tail_p = -1);
+// Whether a query or key bias of attention `op` takes that path where its plan starts right
+// after the attention: factorable (query_bias_factorable), a key bias only beside a query bias,
+// and fewer keys than a head's width.
+bool query_rows_apply(const Model& m, const Op& op, int param);
+// A query row's columns of L at position t, over its heads: the keys the row weighs (a causal
+// mask's first t + 1), less one without sinks (query_bias_factors).
+double query_row_columns(const Model& m, const Op& op, int t);
 // The structure's work estimated up front (structural_flops) for a bias whose rows go through its
 // heads' L: 3 inputs of query_rows_flops (a shared tail, which only other biases plan, left
 // out), a key bias's less the rows' matrices it shares with its query bias (counted once, with

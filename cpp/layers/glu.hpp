@@ -19,6 +19,15 @@ MatT<S> glu_forward(const Op& op, const Weights<S>& w, Override<S> ov, const Mat
 // or up bias enters after its projection. x: the op's float64 input (N, F).
 Mat glu_jvp(const Model& m, const Op& op, const Mat& x, const jvp_detail::Tangent* dx, const Seed& seed, int n);
 
+// Directions from which a per-token tangent goes through the op token by token
+// (glu_jvp_per_token): each token then reads both weights once to make its matrix, and the
+// product costs half.
+inline constexpr int kGluPerTokenDirections = 32;
+
+// The same tangent for a dense dx (n*N, F) without a seed in the op, token by token (fewer
+// flops where each token has many directions; the page's first-load engine leaves it out).
+Mat glu_jvp_per_token(const Model& m, const Op& op, const Mat& x, const Mat& dx, int n);
+
 // Whether `param` is the gate or up bias, which enter inside the op.
 inline bool glu_takes_seed(const Op& op, int param) { return param >= 0 && (param == op.bg || param == op.bu); }
 

@@ -330,6 +330,12 @@ Mat run_jvp(const Model& m, const Trace& trace, const Seed& seed, int n, int sta
         }
         break;
       case OpKind::glu:
+#ifndef BIASLAB_LEAN_ENGINE
+        if (d && !d->broadcast && !glu_takes_seed(op, seed.param) && n >= kGluPerTokenDirections) {
+          d = Tangent{glu_jvp_per_token(m, op, x, d->v, n), false};
+          break;
+        }
+#endif
         if (d || glu_takes_seed(op, seed.param))
           d = Tangent{glu_jvp(m, op, x, d ? &*d : nullptr, seed, n), false};
         break;
