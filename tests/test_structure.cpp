@@ -671,6 +671,50 @@ TEST_CASE("structure: a wide cluster of rank 0 with fewer rows than columns is s
   CHECK_LE_TOL(std::abs(a.null_max - e.null_max), 1e-6 * e.null_max + 1e-300, "|null_sigma_max split - SVD|");
 }
 
+// A wide cluster whose rows are fewer than its columns and independent has rank m, its rows'
+// count: its rows' Gram matrix (m x m) certifies that (row_rank_floor) without the columns' Gram
+// matrix and gram_split's null space. Against the QR and the SVD (gram_split off): the same rank
+// at every step, the same stop and nullity, and a kept value that bounds the SVD's from below.
+// A bias before a GELU and a Linear to 128, one token (128 rows an input, 512 columns), and a
+// query bias through its heads' L (8 heads of 64, 8 tokens: 7 columns of L a head at the last
+// row, 112 rows an input). Both take rows-of-full-rank steps before their columns are covered.
+TEST_CASE("structure: a wide cluster with fewer rows than columns, all independent, takes its rank from its rows") {
+  const std::string mlp = stack(31, shape(1, 1, 512), R"({"type":"linear","out_features":512},{"type":"gelu"},{"type":"linear","out_features":128})");
+  const std::string qwen2 = stack(
+      32, shape(2, 8, 512),
+      R"({"type":"residual","body":[{"type":"rmsnorm"},{"type":"attention","num_heads":8,"num_kv_heads":2,"o_bias":false,"causal":true,"rope":true}]},)"
+      R"({"type":"residual","body":[{"type":"rmsnorm"},{"type":"glu","hidden":512,"bias":true}]})");
+  for (const auto& [cfg, name] : {std::pair<std::string, std::string>{mlp, "layers.0.bias"}, {qwen2, "layers.0.body.1.q_proj.bias"}}) {
+    INFO(cfg);
+    auto b = build(cfg);
+    StructureOptions on, off;
+    off.gram_split = false;
+    TracePool pool_on(b.model, b.config), pool_off(b.model, b.config);
+    StructureSolver with(b.model, pool_on, on), without(b.model, pool_off, off);
+    const int p = param_index(b.model, name);
+    const Structure a = with.solve(p), e = without.solve(p);
+    CAPTURE(a.stop_note);
+    CAPTURE(e.stop_note);
+    auto join = [](const auto& v) {
+      std::string out;
+      for (const auto x : v) out += std::to_string(x) + " ";
+      return out;
+    };
+    INFO("rank history: " << join(a.rank_history) << "; inputs " << join(a.inputs_history));
+    CHECK(a.row_ranks >= 1);
+    CHECK(e.row_ranks == 0);
+    CHECK(a.determined);
+    CHECK(e.determined);
+    CHECK(a.stop == e.stop);
+    CHECK(a.samples == e.samples);
+    CHECK(a.rank_history == e.rank_history);
+    CHECK(a.redundant_dim == e.redundant_dim);
+    INFO("kept: rows " << a.kept_min << ", SVD " << e.kept_min);
+    CHECK(a.kept_min > 0);
+    CHECK(a.kept_min <= e.kept_min * (1 + 1e-12));
+  }
+}
+
 // An MLP's first bias, 512 wide, before a Linear of width 64 and a LayerNorm or RMSNorm (or none):
 // full rank is certified from a Gram matrix built from the layers' factors (mlp_gram) on every
 // token of one input. Against the stacked rows (the option off): the same rank and stop, and a

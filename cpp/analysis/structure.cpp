@@ -581,6 +581,21 @@ Vec gram_singular_values(const ColMat& M, double tau, bool* bound, ColMat* gram 
 }
 
 #ifndef BIASLAB_LEAN_ENGINE
+// A lower bound on every singular value of M (m x c, fewer rows than columns) from its rows' Gram
+// matrix M M^T (m x m), where the Cholesky certificate (cholesky_floor; the same formation error
+// as gram_singular_values's, m and c swapped) puts them all above 2 tau: M then has rank m
+// exactly, its other c - m singular values 0. Nothing where it does not. The rows' Gram matrix
+// costs m^2 c where the columns' costs c^2 m and gram_split's null space more (a query bias's
+// first input: 960 rows against 2048 columns).
+std::optional<double> row_rank_floor(const ColMat& M, double tau) {
+  const Eigen::Index m = M.rows(), c = M.cols();
+  ColMat G = ColMat::Zero(m, m);
+  lower_rank_update(G, M, 1.0);
+  const double fro2 = M.squaredNorm();
+  const double err = 2.0 * double(m + c + 8) * 0x1.0p-53 * fro2;
+  return cholesky_floor(G, fro2, err, tau);
+}
+
 // The rank and null space of a wide cluster M (m x c, any m) that is not of full rank, from its
 // Gram matrix G (lower triangle, as gram_singular_values formed it), at a fraction of a QR and an
 // SVD's cost, or nothing (the caller then factors M). Both halves are certified:
@@ -1390,6 +1405,13 @@ Structure StructureSolver::solve(int param, const std::function<bool()>& cancell
     ColMat gram_m;  // the Gram matrix of the wide cluster that stopped the loop (for gram_split)
     [[maybe_unused]] const Cluster* stopped_at = nullptr;
     for (auto& [root, cl] : clusters) {  // full rank everywhere is settled by Gram matrices alone
+#ifndef BIASLAB_LEAN_ENGINE
+      if (splits(cl) && cl.R.rows() < cl.R.cols()) {  // fewer rows than columns: not full (ranked below)
+        cl.full = false;
+        all_full = false;
+        break;
+      }
+#endif
       cl.sv = gram_singular_values(cl.R, tau, &cl.sv_bound, &gram_m);
       cl.full = cl.sv.size() > 0;
       if (!cl.full) {
@@ -1413,7 +1435,16 @@ Structure StructureSolver::solve(int param, const std::function<bool()>& cancell
         // where it is not, instead of a QR and an SVD.
         cl.split_v.resize(0, 0);
         cl.split_f.resize(0, 0);
+        std::optional<double> rows_floor;
         if (splits(cl) && cl.full) {  // certified before the loop stopped
+          done = true;
+        } else if (splits(cl) && cl.R.rows() < c && (rows_floor = row_rank_floor(cl.R, tau))) {
+          // Of rank m, its rows' count: m singular values above the floor, the rest exactly 0.
+          cl.sv = Vec::Zero(c);
+          cl.sv.head(cl.R.rows()).setConstant(*rows_floor);
+          cl.sv_bound = true;
+          cl.full = false;
+          ++out.row_ranks;
           done = true;
         } else if (splits(cl)) {
           if (&cl != stopped_at) {  // (its Gram matrix is counted in `gram` above)

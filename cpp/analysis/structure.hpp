@@ -221,6 +221,7 @@ struct Structure {
   int rows_per_sample = 0;          // token rows (plan_rows) the rank was taken from; 0: every row
   int tail_at = -1;                 // the op a shared tail took the rows' tangents from (-1: none)
   int gram_splits = 0;              // rank decisions a wide cluster's Gram matrix split (gram_split)
+  int row_ranks = 0;                // ... a wide cluster with fewer rows than columns took from its rows' (rank m)
   bool structured_gram = false;     // full rank certified from the layers' factors (structured_gram)
   bool query_factors = false;       // the rows' tangents went through the heads' L (query_bias_factors)
   int rows_shared = 0;              // of those rows, how many the attention's other bias had made (StructureSolver)
