@@ -36,6 +36,28 @@ namespace {
 // its base forwards again (about a tenth of a second in the page for a GPT-2-small block).
 constexpr double kSplitMinFlops = 4e9;
 
+// The kinds of work run at different speeds in the page's engine, and the plan weighs each flop
+// by its kind's time against a Gram matrix's product (flops counted as the estimates count them;
+// Node's wasm on the TinyLlama-sized block, 2026-11-29): tangents through the layers (a query
+// bias's rows through L, unit directions) ran at about 9 GFLOP/s against the Gram matrices'
+// 16 (a gated FFN's gate and up biases), and the sweep's forward passes (float32 first, stacked)
+// at about 20.
+constexpr double kTangentWeight = 1.7;
+constexpr double kSweepWeight = 0.8;
+
+// One sweep point's forward pass from the bias's op on. That op reuses the base run's products
+// (forward_from's start_products): a Linear's or a convolution's bias adds nothing but itself,
+// attention recomputes its scores and context only, a gated FFN its activation and product.
+double sweep_point_flops(const Model& m, int op) {
+  const Op& o = m.ops[static_cast<size_t>(op)];
+  const double N = double(m.batch) * m.tokens;
+  double own = forward_flops(m, op) - forward_flops(m, op + 1);
+  if (o.kind == OpKind::linear || o.kind == OpKind::conv) own = 0;
+  if (o.kind == OpKind::attention) own = 2 * 2 * N * (o.context > 0 ? o.context : m.tokens) * o.in;
+  if (o.kind == OpKind::glu) own = 10 * N * o.out;
+  return own + forward_flops(m, op + 1);
+}
+
 // The work of one bias, as the plan weighs it: its structure (the structural budget's estimate,
 // or the Gram matrix from its layers' factors) and its sweep (11 sizes in two precisions, from
 // its op on; twice that with a null space, which is not known yet).
@@ -43,8 +65,8 @@ double bias_work(const Context& c, int pi) {
   const ModelParam& p = c.model.params[static_cast<size_t>(pi)];
   const int cut = c.solver->injective_cut(p.op);
   double s = c.solver->options().structured_gram ? structured_gram_flops(c.model, pi, cut) : 0;
-  if (s <= 0) s = std::min(structural_flops(c.model, p, cut), kMaxBiasFlops);
-  return s + 2 * 11 * forward_flops(c.model, p.op);
+  if (s <= 0) s = kTangentWeight * std::min(structural_flops(c.model, p, cut), kMaxBiasFlops);
+  return s + kSweepWeight * 2 * 11 * sweep_point_flops(c.model, p.op);
 }
 
 // The work the plan weighs a bias by: bias_work with its structure's inputs as expected_inputs
@@ -54,7 +76,7 @@ double plan_work(const Context& c, int pi) {
   const ModelParam& p = c.model.params[static_cast<size_t>(pi)];
   const int cut = c.solver->injective_cut(p.op);
   if (c.solver->options().structured_gram && structured_gram_flops(c.model, pi, cut) > 0) return bias_work(c, pi);
-  const double s = std::min(structural_flops(c.model, p, cut), kMaxBiasFlops);
+  const double s = kTangentWeight * std::min(structural_flops(c.model, p, cut), kMaxBiasFlops);
   return bias_work(c, pi) - s * (1 - expected_inputs(c.model, pi, cut) / 3);
 }
 
@@ -98,7 +120,7 @@ std::vector<int> plan(const Context& c, int count, double* heaviest) {
     int other = -1;
     if (c.solver->options().structured_gram) shared[i] = shared_gram_flops(c.model, pi, cut, &other);
     if (other < 0 && c.solver->options().query_factors) {
-      shared[i] = shared_query_rows_flops(c.model, pi, cut, &other);
+      shared[i] = kTangentWeight * shared_query_rows_flops(c.model, pi, cut, &other);
       if (other >= 0) {
         const int key = pi == c.model.ops[static_cast<size_t>(p.op)].bk ? pi : other;
         shared[i] *= expected_inputs(c.model, key, cut) / 3;  // (counted for 3 inputs: the key bias's rows, its query bias's too)
