@@ -10,6 +10,7 @@
 #include "analysis/analysis.hpp"
 #include "analysis/structure.hpp"
 #include "model/jvp.hpp"
+#include "core/rng.hpp"
 #include "support.hpp"
 
 namespace biaslab::test {
@@ -713,6 +714,41 @@ TEST_CASE("structure: a wide cluster with fewer rows than columns, all independe
     CHECK(a.kept_min > 0);
     CHECK(a.kept_min <= e.kept_min * (1 + 1e-12));
   }
+}
+
+// row_rank_floor on its own: a bound under the smallest singular value of M's rows where every
+// one is above 2 tau, and nothing where one is not (two equal rows; a singular value just under
+// 2 tau), with the 2 tau line crossed from both sides by singular values set exactly.
+TEST_CASE("structure: the rows' Gram matrix certifies rank m only with every singular value above 2 tau") {
+  Rng rng(41, "rows");
+  const Eigen::Index m = 60, c = 200;
+  Eigen::MatrixXd A(m, c);
+  for (Eigen::Index i = 0; i < A.size(); ++i) A(i) = rng.normal();
+  const Eigen::VectorXd sv = Eigen::JacobiSVD<Eigen::MatrixXd>(A).singularValues();
+  const double tau = 1e-3 * sv.minCoeff();
+  const std::optional<double> floor = row_rank_floor(A, tau);
+  REQUIRE(floor.has_value());
+  INFO("floor " << *floor << ", smallest singular value " << sv.minCoeff());
+  CHECK(*floor > 2 * tau);
+  CHECK(*floor <= sv.minCoeff());
+  Eigen::MatrixXd twice = A;
+  twice.row(m - 1) = twice.row(0);
+  CHECK_FALSE(row_rank_floor(twice, tau).has_value());
+  // Singular values 1 down to s_min, on random orthonormal bases.
+  auto with_smallest = [&](double s_min) {
+    const Eigen::HouseholderQR<Eigen::MatrixXd> qu(Eigen::MatrixXd::Random(m, m)), qv(Eigen::MatrixXd::Random(c, c));
+    const Eigen::MatrixXd U = qu.householderQ() * Eigen::MatrixXd::Identity(m, m);
+    const Eigen::MatrixXd V = qv.householderQ() * Eigen::MatrixXd::Identity(c, m);
+    Eigen::VectorXd s = Eigen::VectorXd::LinSpaced(m, 1.0, s_min);
+    return Eigen::MatrixXd(U * s.asDiagonal() * V.transpose());
+  };
+  const double t = 1e-4;
+  CHECK_FALSE(row_rank_floor(with_smallest(1.9 * t), t).has_value());
+  const std::optional<double> above = row_rank_floor(with_smallest(2.5 * t), t);
+  REQUIRE(above.has_value());
+  INFO("above: floor " << *above << " against the smallest singular value " << 2.5 * t);
+  CHECK(*above >= 2 * t * (1 - 1e-12));  // (the second try certifies exactly 2 tau)
+  CHECK(*above <= 2.5 * t * (1 + 1e-9));
 }
 
 // An MLP's first bias, 512 wide, before a Linear of width 64 and a LayerNorm or RMSNorm (or none):

@@ -189,7 +189,9 @@ struct Split {
 };
 const char* take_part(Context& c, Split& split);  // an error's message, or nullptr
 // The estimated work of the whole analysis: every bias's structure and sweep, whichever part
-// runs it, in flops (the split's plan weighs its parts by the same).
+// runs it, in flops weighed by their kind's speed in the page's engine (parts.cpp: a tangent's
+// flop 1.7, a sweep's 0.8, a Gram matrix's 1), as the split's plan weighs its parts; the
+// thresholds below read it too.
 double analysis_work(const Context& c);
 // Natively, an analysis estimated under this much work runs on one thread (analyze.cpp): in a
 // fresh process OpenMP's second thread costs a few milliseconds (its start, its first wake-ups),

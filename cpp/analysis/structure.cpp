@@ -243,7 +243,8 @@ BIASLAB_COLD double expected_inputs(const Model& m, int param, int cut) {
   double reach;  // the rank one input's rows can reach
   if (query_rows_flops(m, param, rows, cut) > 0) {  // each head's columns of L, at a row
     reach = 0;
-    for (int j = 0; j < rows.per_sample; ++j) reach += double(m.batch) * query_row_columns(m, op, m.tokens - 1 - j);
+    const double w = cut < static_cast<int>(m.ops.size()) ? m.ops[static_cast<size_t>(cut)].in : m.out_features;
+    for (int j = 0; j < rows.per_sample; ++j) reach += double(m.batch) * std::min(w, query_row_columns(m, op, m.tokens - 1 - j));
   } else {
     reach = stacked_rows(m, param, cut) * (cut < static_cast<int>(m.ops.size()) ? m.ops[static_cast<size_t>(cut)].in : m.out_features);
   }
@@ -396,7 +397,7 @@ struct Cluster {
 // values are <= tau (c - kept columns), and the diagonal of those values (0 where R has fewer rows
 // than columns) as R's factor along them. Returns whether it factored R (an SVD), for the
 // caller's flop count.
-bool null_space(const Cluster& cl, double tau, ColMat& v, ColMat& f) {
+double null_space(const Cluster& cl, double tau, ColMat& v, ColMat& f) {
   const Eigen::Index c = static_cast<Eigen::Index>(cl.cols.size());
   Eigen::Index kept = 0;
   for (Eigen::Index i = 0; i < cl.sv.size(); ++i) kept += cl.sv(i) > tau;
@@ -412,15 +413,26 @@ bool null_space(const Cluster& cl, double tau, ColMat& v, ColMat& f) {
     if (cl.split_f.rows() != d || cl.split_f.cols() != d) throw std::logic_error("gram_split's factor is not square in the null dimension");
     v = cl.split_v;
     f = cl.split_f;
-    return false;
+    return 0;
   }
 #endif
   if (kept == 0 || cl.R.rows() == 0) {
     v = ColMat::Identity(c, c).rightCols(d);
     for (Eigen::Index i = 0; i < d && i < cl.sv.size(); ++i) s(i) = cl.sv(i);
     f = s.asDiagonal();
-    return false;
+    return 0;
   }
+#ifndef BIASLAB_LEAN_ENGINE
+  // Rank m, the rows' count, from their Gram matrix (row_rank_floor): the null space is the
+  // complement of R's m rows, the last c - m columns of Q in a QR of R^T, where R's singular
+  // values are 0, as the SVD's would be.
+  if (cl.sv_bound && cl.R.rows() < c && kept == cl.R.rows()) {
+    const Eigen::HouseholderQR<ColMat> qr(cl.R.transpose());
+    v = qr.householderQ() * ColMat(ColMat::Identity(c, c).rightCols(d));
+    f = ColMat::Zero(d, d);
+    return 4.0 * double(c) * double(c) * double(kept);
+  }
+#endif
   // The rank decision's SVD of this R where it kept V, else a new one.
   const bool factor = cl.svd_v.cols() != c;
   Eigen::BDCSVD<ColMat> svd;
@@ -431,7 +443,7 @@ bool null_space(const Cluster& cl, double tau, ColMat& v, ColMat& f) {
   for (Eigen::Index i = 0; i < d; ++i)
     if (kept + i < all.size()) s(i) = all(kept + i);
   f = s.asDiagonal();
-  return factor;
+  return factor ? 12.0 * std::pow(double(c), 3) : 0;
 }
 
 // Singular values of R, largest first; with `v`, its right singular vectors too (an SVD costs
@@ -586,8 +598,11 @@ Vec gram_singular_values(const ColMat& M, double tau, bool* bound, ColMat* gram 
 // as gram_singular_values's, m and c swapped) puts them all above 2 tau: M then has rank m
 // exactly, its other c - m singular values 0. Nothing where it does not. The rows' Gram matrix
 // costs m^2 c where the columns' costs c^2 m and gram_split's null space more (a query bias's
-// first input: 960 rows against 2048 columns).
-std::optional<double> row_rank_floor(const ColMat& M, double tau) {
+// first input: 960 rows against 2048 columns); the null space, where a later step asks for it,
+// is then a QR's (null_space). (structure.hpp declares it, for the tests.)
+}  // namespace
+
+std::optional<double> row_rank_floor(const Eigen::MatrixXd& M, double tau) {
   const Eigen::Index m = M.rows(), c = M.cols();
   ColMat G = ColMat::Zero(m, m);
   lower_rank_update(G, M, 1.0);
@@ -595,6 +610,12 @@ std::optional<double> row_rank_floor(const ColMat& M, double tau) {
   const double err = 2.0 * double(m + c + 8) * 0x1.0p-53 * fro2;
   return cholesky_floor(G, fro2, err, tau);
 }
+
+namespace {
+
+// Its work, charged whether it certifies or not: the rows' Gram matrix and two tries of the
+// Cholesky factorisation at most.
+double row_rank_flops(Eigen::Index m, Eigen::Index c) { return double(m) * double(m) * double(c) + 2.0 * std::pow(double(m), 3) / 3.0; }
 
 // The rank and null space of a wide cluster M (m x c, any m) that is not of full rank, from its
 // Gram matrix G (lower triangle, as gram_singular_values formed it), at a fraction of a QR and an
@@ -1438,7 +1459,8 @@ Structure StructureSolver::solve(int param, const std::function<bool()>& cancell
         std::optional<double> rows_floor;
         if (splits(cl) && cl.full) {  // certified before the loop stopped
           done = true;
-        } else if (splits(cl) && cl.R.rows() < c && (rows_floor = row_rank_floor(cl.R, tau))) {
+        } else if (splits(cl) && cl.R.rows() < c &&
+                   (out.flops += row_rank_flops(cl.R.rows(), c), rows_floor = row_rank_floor(cl.R, tau))) {
           // Of rank m, its rows' count: m singular values above the floor, the rest exactly 0.
           cl.sv = Vec::Zero(c);
           cl.sv.head(cl.R.rows()).setConstant(*rows_floor);
@@ -1490,7 +1512,7 @@ Structure StructureSolver::solve(int param, const std::function<bool()>& cancell
   // Null bases of every cluster (for confirming inputs), from the factored rows.
   auto prepare_null = [&]() {
     for (auto& [root, cl] : clusters) {
-      if (null_space(cl, tau, cl.vnull, cl.snull0)) out.flops += 12.0 * std::pow(double(cl.cols.size()), 3);
+      out.flops += null_space(cl, tau, cl.vnull, cl.snull0);
       cl.snull = ColMat(0, cl.vnull.cols());
     }
     null_ready = true;

@@ -17,6 +17,7 @@
 #include <array>
 #include <functional>
 #include <map>
+#include <optional>
 #include <vector>
 
 #include "core/json.hpp"
@@ -77,6 +78,10 @@ RowPlan plan_rows(const Model& m, int param, int cut, double min_flops);
 // op `tail_p` (-1: none) and its product, or up to `cut` (StructureSolver; query_bias_factors).
 // Its work for one input, or 0 where the plan does not take that path.
 double query_rows_flops(const Model& m, int param, const RowPlan& plan, int cut, int tail_p = -1);
+// A lower bound on every singular value of M (fewer rows than columns) from its rows' Gram
+// matrix and the Cholesky certificate, where all are above 2 tau (M then has rank m exactly);
+// nothing where they are not (structure.cpp; not in the page's first-load engine).
+std::optional<double> row_rank_floor(const Eigen::MatrixXd& M, double tau);
 // Whether a query or key bias of attention `op` takes that path where its plan starts right
 // after the attention: factorable (query_bias_factorable), a key bias only beside a query bias,
 // and fewer keys than a head's width.

@@ -25,7 +25,8 @@ Mat glu_jvp(const Model& m, const Op& op, const Mat& x, const jvp_detail::Tangen
 inline constexpr int kGluPerTokenDirections = 32;
 
 // The same tangent for a dense dx (n*N, F) without a seed in the op, token by token (fewer
-// flops where each token has many directions; the page's first-load engine leaves it out).
+// flops where each token has many directions; only jvp.cpp outside the page's first-load engine
+// calls it, so that engine's link leaves it out).
 Mat glu_jvp_per_token(const Model& m, const Op& op, const Mat& x, const Mat& dx, int n);
 
 // Whether `param` is the gate or up bias, which enter inside the op.
