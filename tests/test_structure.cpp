@@ -583,6 +583,21 @@ TEST_CASE("structure: the estimate of a query bias's work is its rows through L"
   CHECK(per_input >= 0.25 * spent);
 }
 
+namespace {
+
+// One bias's structure with gram_split on (a) and off (e: the QR and the SVD), each solver with a
+// pool of its own.
+template <class Built>
+std::pair<Structure, Structure> with_and_without_split(const Built& b, int p) {
+  StructureOptions on, off;
+  off.gram_split = false;
+  TracePool pool_on(b.model, b.config), pool_off(b.model, b.config);
+  StructureSolver with(b.model, pool_on, on), without(b.model, pool_off, off);
+  return {with.solve(p), without.solve(p)};
+}
+
+}  // namespace
+
 // A wide cluster (512 columns) that is not of full rank is split by its Gram matrix (gram_split)
 // instead of a QR and an SVD. Its answer must be the SVD's: the same rank at every step, the same
 // stop, the same null space (to rounding), a kept singular value that is a lower bound on the
@@ -609,12 +624,8 @@ TEST_CASE("structure: a wide cluster split by its Gram matrix answers as the SVD
       Mat& w = b.model.params[static_cast<size_t>(param_index(b.model, "layers.1.weight"))].value;
       w = Mat(w.leftCols(256) * w.rightCols(256).transpose() + 1e-11 * w);
     }
-    StructureOptions on, off;
-    off.gram_split = false;
-    TracePool pool_on(b.model, b.config), pool_off(b.model, b.config);
-    StructureSolver with(b.model, pool_on, on), without(b.model, pool_off, off);
     const int p = k == 2 ? param_index(b.model, "layers.0.body.1.v_proj.bias") : param_index(b.model, "layers.0.bias");
-    const Structure a = with.solve(p), e = without.solve(p);
+    const auto [a, e] = with_and_without_split(b, p);
     CAPTURE(a.stop_note);
     CAPTURE(e.stop_note);
     CHECK(a.gram_splits >= (k >= 3 ? 2 : 1));  // (k 4: its first decision, on 128 rows, too)
@@ -655,12 +666,8 @@ TEST_CASE("structure: a wide cluster of rank 0 with fewer rows than columns is s
   auto b = build(cfg);
   Mat& w = b.model.params[static_cast<size_t>(param_index(b.model, "layers.1.weight"))].value;
   w *= 1e-20;  // the bias moves the output far below its rounding (its own bias is of order 1)
-  StructureOptions on, off;
-  off.gram_split = false;
-  TracePool pool_on(b.model, b.config), pool_off(b.model, b.config);
-  StructureSolver with(b.model, pool_on, on), without(b.model, pool_off, off);
   const int p = param_index(b.model, "layers.0.bias");
-  const Structure a = with.solve(p), e = without.solve(p);
+  const auto [a, e] = with_and_without_split(b, p);
   CAPTURE(a.stop_note);
   CAPTURE(e.stop_note);
   CHECK(a.gram_splits >= 1);
@@ -688,12 +695,8 @@ TEST_CASE("structure: a wide cluster with fewer rows than columns, all independe
   for (const auto& [cfg, name] : {std::pair<std::string, std::string>{mlp, "layers.0.bias"}, {qwen2, "layers.0.body.1.q_proj.bias"}}) {
     INFO(cfg);
     auto b = build(cfg);
-    StructureOptions on, off;
-    off.gram_split = false;
-    TracePool pool_on(b.model, b.config), pool_off(b.model, b.config);
-    StructureSolver with(b.model, pool_on, on), without(b.model, pool_off, off);
     const int p = param_index(b.model, name);
-    const Structure a = with.solve(p), e = without.solve(p);
+    const auto [a, e] = with_and_without_split(b, p);
     CAPTURE(a.stop_note);
     CAPTURE(e.stop_note);
     auto join = [](const auto& v) {
