@@ -416,6 +416,43 @@ TEST_CASE("jvp: trailing_cut finds the per-token linear tail and trailing_map is
   }
 }
 
+TEST_CASE("jvp: injective_cut keeps the tail's cut only where the tail's map is injective") {
+  // The cut is trailing_cut's where the tail's map A (per token) has full column rank, else the
+  // output. Cases the shortcuts decide without making A (residual ends alone: A = kI; a tail
+  // wider than tall) beside ones the factorisation decides.
+  auto cut_of = [](const std::string& layers, const std::string& bias, int features = 4) {
+    auto b = build(net(1, 2, features, layers));
+    const Model& m = b.model;
+    const int start = m.params[param_index(m, bias)].op;
+    return std::pair<int, int>(injective_cut(m, start), static_cast<int>(m.ops.size()));
+  };
+  SUBCASE("a bias just before the last residual end: A = I, the cut is that end") {
+    // ops: 0 begin, 1 linear, 2 relu, 3 linear, 4 end
+    const auto [cut, end] = cut_of(R"({"type": "residual", "body": [{"type": "linear"}, {"type": "relu"}, {"type": "linear"}]})",
+                                   "layers.0.body.2.bias");
+    CHECK(cut == 4);
+    CHECK(end == 5);
+  }
+  SUBCASE("two residual ends after the bias: A = I still (the outer skip was pushed before it)") {
+    const auto [cut, end] = cut_of(R"({"type": "residual", "body": [{"type": "relu"}, {"type": "residual", "body": [{"type": "relu"}, {"type": "linear"}]}]})",
+                                   "layers.0.body.1.body.1.bias");
+    CHECK(cut == end - 2);
+  }
+  SUBCASE("a tail that narrows (4 -> 3): not injective, the output") {
+    const auto [cut, end] = cut_of(R"({"type": "linear"}, {"type": "relu"}, {"type": "linear", "out_features": 3})", "layers.0.bias");
+    CHECK(cut == end);
+  }
+  SUBCASE("a tail that narrows and widens again (4 -> 2 -> 6): rank 2 of 4, the output") {
+    const auto [cut, end] = cut_of(R"({"type": "linear"}, {"type": "relu"}, {"type": "linear", "out_features": 2},
+                                      {"type": "linear", "out_features": 6})", "layers.0.bias");
+    CHECK(cut == end);
+  }
+  SUBCASE("a square tail (random, invertible) and a widening one: the cut after the relu") {
+    CHECK(cut_of(R"({"type": "linear"}, {"type": "relu"}, {"type": "linear"})", "layers.0.bias").first == 2);
+    CHECK(cut_of(R"({"type": "linear"}, {"type": "relu"}, {"type": "linear", "out_features": 7})", "layers.0.bias").first == 2);
+  }
+}
+
 TEST_CASE("jvp: unit bias directions through activations take the one-hot path, with the same values") {
   // A bias followed by an elementwise activation: each unit direction's tangent keeps one
   // nonzero per token, and the next Linear takes one scaled column of its weight per row

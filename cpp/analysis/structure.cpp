@@ -956,7 +956,22 @@ BIASLAB_COLD double shared_gram_flops(const Model& m, int param, int cut, int* p
 BIASLAB_COLD int injective_cut(const Model& m, int start) {
   const int end = static_cast<int>(m.ops.size());
   int cut = trailing_cut(m, start);
-  if (cut < end) {
+  if (cut >= end) return end;
+  // The tail's map is (its last Linear's width) x (the width at the cut) and made only where it
+  // may be injective: not wider than tall (a gated FFN's down projection, 90 MB to copy, has a
+  // null space), nor of residual ends alone (a whole multiple of the identity, injective: no
+  // factorisation of an identity as wide as the model for a bias just before the last one).
+  const int width = m.ops[static_cast<size_t>(cut)].in;
+  int rows = width;
+  bool scales = false;
+  for (int i = cut; i < end; ++i) {
+    const Op& op = m.ops[static_cast<size_t>(i)];
+    if (op.kind == OpKind::linear) rows = op.out;
+    scales = scales || (op.kind != OpKind::residual_begin && op.kind != OpKind::residual_end);
+  }
+  if (rows < width) return end;
+  if (!scales) return cut;
+  {
     const ColMat A = trailing_map(m, start, cut);
     bool injective = false;
     if (A.rows() == A.cols()) {
