@@ -546,6 +546,25 @@ TEST_CASE("jvp: a gated FFN takes many directions token by token, with the two p
     }
     CHECK(scale > 0);
     CHECK_LE_TOL(err, 1e-13 * scale, "max |40 directions at once - one at a time|");
+    // On token rows (the structure's rows of a few tokens, from the op after the attention on):
+    // the 40 directions at once against one at a time on the same rows, and against those rows
+    // of the full tangents.
+    const int at = m.params[param_index(m, "layers.0.body.1.q_proj.bias")].op + 1;  // (the attention's)
+    const std::vector<Eigen::Index> rows{1, 2, 5};
+    const TokenRows sub = take_rows(trace, std::max(at, m.params[pi].op), stop, rows);
+    const Eigen::Index k = static_cast<Eigen::Index>(rows.size());
+    const Mat part = jvp(m, trace, Seed{pi, dirs, true}, n, stop, nullptr, &sub);
+    REQUIRE(part.rows() == n * k);
+    double err_rows = 0, err_full = 0;
+    for (int a = 0; a < n; ++a) {
+      const Mat one = jvp(m, trace, Seed{pi, Mat(dirs.row(a)), true}, 1, stop, nullptr, &sub);
+      REQUIRE(one.rows() == k);
+      err_rows = std::max(err_rows, (part.middleRows(a * k, k) - one).cwiseAbs().maxCoeff());
+      for (Eigen::Index j = 0; j < k; ++j)
+        err_full = std::max(err_full, (part.row(a * k + j) - all.row(a * N + rows[static_cast<size_t>(j)])).cwiseAbs().maxCoeff());
+    }
+    CHECK_LE_TOL(err_rows, 1e-13 * scale, "max |40 directions at once - one at a time|, on token rows");
+    CHECK_LE_TOL(err_full, 1e-13 * scale, "max |40 directions on token rows - those rows of all tokens'|");
   }
 }
 
