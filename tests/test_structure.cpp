@@ -3,12 +3,14 @@
 //
 // Each case sweeps seeds because every cause was a class of stacks that failed on some seeds
 // only; the expected answers are the theory's (theory.md), not the engine's output.
+#include <algorithm>
 #include <string>
 
 #include <Eigen/SVD>
 
 #include "analysis/analysis.hpp"
 #include "analysis/structure.hpp"
+#include "layers/glu.hpp"
 #include "model/jvp.hpp"
 #include "core/rng.hpp"
 #include "support.hpp"
@@ -581,6 +583,39 @@ TEST_CASE("structure: the estimate of a query bias's work is its rows through L"
   INFO("estimated " << per_input << " flops an input; the solve spent " << spent << " an input over " << a.samples);
   CHECK(per_input <= spent);
   CHECK(per_input >= 0.25 * spent);
+}
+
+// A gated FFN takes a call's directions token by token only from kGluPerTokenDirections a call
+// (glu_jvp_per_token); the solve makes its calls of as many directions as fit its tangent batch at
+// the widest op on the way. A value bias 640 wide over 2 x 128 tokens: 25 directions a call (the
+// attention's 640-wide output over 256 rows), so the FFN takes its two products, and the
+// estimate that budgets the bias (and the split's plan) must count them: at least the two
+// products and the down projection for each direction on each token row.
+TEST_CASE("structure: the estimate of a bias's work counts a gated FFN's two products where its calls are small") {
+  const std::string cfg = stack(5, shape(2, 128, 640),
+                                R"({"type":"residual","body":[{"type":"rmsnorm"},{"type":"attention","num_heads":40,"causal":true,)"
+                                R"("q_bias":false,"k_bias":false,"o_bias":false}]},)"
+                                R"({"type":"residual","body":[{"type":"rmsnorm"},{"type":"glu","hidden":2048}]})");
+  INFO(cfg);
+  auto b = build(cfg);
+  const int p = param_index(b.model, "layers.0.body.1.v_proj.bias");
+  TracePool pool(b.model, b.config);
+  StructureSolver solver(b.model, pool, StructureOptions{});
+  const Structure a = solver.solve(p);
+  REQUIRE(a.samples > 0);
+  const int start = b.model.params[static_cast<size_t>(p)].op;
+  const int cut = solver.injective_cut(start);
+  const double per_input = structural_flops_per_input(b.model, b.model.params[static_cast<size_t>(p)], true, kRowSubsetMinFlops, cut);
+  const auto glu = std::find_if(b.model.ops.begin(), b.model.ops.end(), [](const Op& op) { return op.kind == OpKind::glu; });
+  REQUIRE(glu != b.model.ops.end());
+  REQUIRE((glu + 1)->kind == OpKind::linear);  // (the down projection)
+  const int chunk = chunk_directions(b.model, start, start + 1, 640, 256, 640, StructureOptions{}.chunk_elements);
+  const double rows = stacked_rows(b.model, p, cut);
+  INFO("directions a call " << chunk << ", token rows " << rows << "; estimated " << per_input << " flops an input");
+  CHECK(chunk < kGluPerTokenDirections);
+  CHECK(rows < 256);
+  const double ffn = 640.0 * rows * (4.0 * glu->in * glu->out + 2.0 * (glu + 1)->in * (glu + 1)->out);
+  CHECK(per_input >= ffn);
 }
 
 namespace {

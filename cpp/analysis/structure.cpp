@@ -29,6 +29,14 @@ double glu_pair_flops(const Op& op, double directions) {
   return directions >= kGluPerTokenDirections ? 2.0 * p + 3.0 * p / directions : 4.0 * p;
 }
 
+// The same, averaged over `n` directions that reach it `chunk` at a time (the last call takes
+// the rest): a call of fewer than kGluPerTokenDirections takes the two products.
+double glu_chunked_flops(const Op& op, int n, int chunk) {
+  const int calls = n / chunk, rest = n % chunk;
+  const double f = double(calls) * chunk * glu_pair_flops(op, chunk) + (rest > 0 ? double(rest) * glu_pair_flops(op, rest) : 0.0);
+  return f / std::max(1, n);
+}
+
 // The work of ops [p, cut) for one direction on one token, among `directions` there.
 double per_token_flops(const Model& m, int p, int cut, double directions = 1) {
   double f = 0;
@@ -263,6 +271,13 @@ BIASLAB_COLD double structural_flops_per_input(const Model& m, const ModelParam&
   const double B = m.batch, T = m.tokens;
   if (cut < 0) cut = injective_cut(m, p.op);
   const RowPlan plan = kTokenRows ? plan_rows(m, static_cast<int>(&p - m.params.data()), cut, row_min_flops) : RowPlan{};
+  // The directions per JVP call, as the solve chunks them with the default tangent batch
+  // (row_chunk): a gated FFN's work per direction depends on it.
+  const int n = static_cast<int>(p.value.size()), all = static_cast<int>(B * T);
+  const long elements = StructureOptions{}.chunk_elements;
+  const int chunk = plan.at < 0 ? chunk_directions(m, p.op, cut, n, all, n, elements)
+                                : std::min(chunk_directions(m, p.op, plan.at, n, all, n, elements),
+                                           chunk_directions(m, plan.at, cut, n, static_cast<int>(B) * plan.per_sample, n, elements));
   double per_direction = 0;
   // A Linear's bias followed by activations: its unit directions stay one-hot into the next
   // Linear, which then scales one weight column per token (model/jvp.cpp). Other directions
@@ -293,7 +308,7 @@ BIASLAB_COLD double structural_flops_per_input(const Model& m, const ModelParam&
       bc = false;
     } else if (op.kind == OpKind::glu) {
       // A gate or up bias enters after its projection; anything earlier passes both.
-      per_direction += (i == p.op ? 0 : bc ? 4.0 * op.in * op.out : N * glu_pair_flops(op, double(p.value.size()))) + 10 * N * op.out;
+      per_direction += (i == p.op ? 0 : bc ? 4.0 * op.in * op.out : N * glu_chunked_flops(op, n, chunk)) + 10 * N * op.out;
       bc = false;
     } else if (i > p.op) {
       switch (op.kind) {
