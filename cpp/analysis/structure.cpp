@@ -31,7 +31,7 @@ double glu_pair_flops(const Op& op, double directions) {
 
 // The same, averaged over `n` directions that reach it `chunk` at a time (the last call takes
 // the rest): a call of fewer than kGluPerTokenDirections takes the two products.
-double glu_chunked_flops(const Op& op, int n, int chunk) {
+[[gnu::noinline]] BIASLAB_COLD double glu_chunked_flops(const Op& op, int n, int chunk) {
   const int calls = n / chunk, rest = n % chunk;
   const double f = double(calls) * chunk * glu_pair_flops(op, chunk) + (rest > 0 ? double(rest) * glu_pair_flops(op, rest) : 0.0);
   return f / std::max(1, n);
@@ -338,7 +338,7 @@ BIASLAB_COLD double structural_flops_per_input(const Model& m, const ModelParam&
   return double(p.value.size()) * per_direction;
 }
 
-int chunk_directions(const Model& m, int start, int stop, int n, int N, int count, long elements) {
+[[gnu::noinline]] BIASLAB_COLD int chunk_directions(const Model& m, int start, int stop, int n, int N, int count, long elements) {
   long widest = std::max(n, stop < static_cast<int>(m.ops.size()) ? m.ops[stop].in : m.out_features);
   for (int i = start; i < stop; ++i) widest = std::max<long>(widest, m.ops[i].out);
   const long per_dir = std::max<long>(1, long(N) * widest);
