@@ -271,8 +271,10 @@ BIASLAB_COLD double structural_flops_per_input(const Model& m, const ModelParam&
   const double B = m.batch, T = m.tokens;
   if (cut < 0) cut = injective_cut(m, p.op);
   const RowPlan plan = kTokenRows ? plan_rows(m, static_cast<int>(&p - m.params.data()), cut, row_min_flops) : RowPlan{};
-  // The directions per JVP call, as the solve chunks them with the default tangent batch
-  // (row_chunk): a gated FFN's work per direction depends on it.
+  // The directions per JVP call, as the solve chunks them (row_chunk) with the default tangent
+  // batch, the one the CLI and the page solve with: a gated FFN's work per direction depends on
+  // it. (The other directions, the reference and null vectors, run a few at a time and take the
+  // two products: counted here as the unit directions' calls, lower by up to half of the FFN.)
   const int n = static_cast<int>(p.value.size()), all = static_cast<int>(B * T);
   const long elements = StructureOptions{}.chunk_elements;
   const int chunk = plan.at < 0 ? chunk_directions(m, p.op, cut, n, all, n, elements)
